@@ -1,0 +1,155 @@
+//! The time source every time-based limiter reads.
+//!
+//! Limiters keep their state as nanoseconds since the clock's epoch (so it
+//! fits in an atomic) and hand out [`tokio::time::Instant`]s to callers, which
+//! tokio timers sleep until.
+//!
+//! Two sources are offered:
+//!
+//! * [`Clock::tokio`] (the default) reads [`tokio::time::Instant::now`], so
+//!   [`tokio::time::pause`] and [`tokio::time::advance`] drive the limiter in
+//!   tests exactly as they drive timers.
+//! * [`Clock::fast`] reads the CPU's time-stamp counter through
+//!   [`quanta`], about twice as cheap as the system clock on a typical
+//!   virtual machine. Use it where a decision's cost matters; it does not
+//!   follow paused tokio time.
+//!
+//! # Example
+//!
+//! ```
+//! use tower_limits::{Clock, DelayLimiter};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), tower_limits::error::ConfigError> {
+//! // Production: the cheap clock.
+//! let limiter = DelayLimiter::new(Duration::from_millis(100))?.with_clock(Clock::fast());
+//! # let _ = limiter;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A monotonic time source, cheap to clone; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Clock {
+    source: Source,
+    epoch: Instant,
+}
+
+#[derive(Clone, Debug)]
+enum Source {
+    Tokio,
+    Counter {
+        clock: quanta::Clock,
+        epoch_raw: u64,
+    },
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::tokio()
+    }
+}
+
+impl Clock {
+    /// A clock that reads tokio's time, so paused-time tests control it.
+    ///
+    /// ```
+    /// use tower_limits::Clock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let clock = Clock::tokio();
+    /// let before = clock.now();
+    /// tokio::time::advance(std::time::Duration::from_secs(5)).await;
+    /// assert_eq!(clock.now() - before, std::time::Duration::from_secs(5));
+    /// # }
+    /// ```
+    pub fn tokio() -> Self {
+        Self {
+            source: Source::Tokio,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// A clock that reads the CPU's time-stamp counter (falling back to the
+    /// system's monotonic clock where there is none). It ignores paused tokio
+    /// time.
+    ///
+    /// ```
+    /// use tower_limits::Clock;
+    ///
+    /// let clock = Clock::fast();
+    /// let a = clock.now();
+    /// assert!(clock.now() >= a);
+    /// ```
+    pub fn fast() -> Self {
+        let clock = quanta::Clock::new();
+        let epoch_raw = clock.raw();
+        Self {
+            source: Source::Counter { clock, epoch_raw },
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The current time.
+    pub fn now(&self) -> Instant {
+        self.instant_at(self.now_nanos())
+    }
+
+    /// Nanoseconds since this clock's epoch.
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        match &self.source {
+            Source::Tokio => duration_nanos(Instant::now().saturating_duration_since(self.epoch)),
+            Source::Counter { clock, epoch_raw } => clock.delta_as_nanos(*epoch_raw, clock.raw()),
+        }
+    }
+
+    /// The instant `nanos` after the epoch.
+    pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
+        self.epoch + Duration::from_nanos(nanos)
+    }
+
+    /// `at` as nanoseconds since the epoch; instants before the epoch map to 0.
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
+        duration_nanos(at.saturating_duration_since(self.epoch))
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+pub(crate) fn duration_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_round_trips_instants() {
+        let clock = Clock::tokio();
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        let now = clock.now();
+        assert_eq!(clock.nanos_at(now), 1_500_000_000);
+        assert_eq!(clock.instant_at(clock.nanos_at(now)), now);
+    }
+
+    #[test]
+    fn instants_before_the_epoch_saturate_to_zero() {
+        let before = Instant::now();
+        let clock = Clock::tokio();
+        assert_eq!(clock.nanos_at(before), 0);
+    }
+
+    #[test]
+    fn fast_clock_is_monotonic() {
+        let clock = Clock::fast();
+        let a = clock.now_nanos();
+        let b = clock.now_nanos();
+        assert!(b >= a);
+    }
+}

@@ -1,0 +1,84 @@
+//! Composable rate and concurrency limiters as [tower] middleware.
+//!
+//! Call quota-limited APIs without tripping their limits, keep services fair,
+//! and hold one limit across clones, workers and tasks. Every strategy
+//! implements one [`Limiter`] trait (the six operations of the Workglow limiter
+//! interface plus an atomic acquire) and becomes a tower layer through
+//! [`LimitLayer`].
+//!
+//! | Limiter | Admits a call when |
+//! |---|---|
+//! | [`NullLimiter`] | always (no limit) |
+//! | [`ConcurrencyLimiter`] | fewer than `max` calls are running |
+//! | [`RateLimiter`] | fewer than `max` calls started in the sliding window; backs off with jitter once it fills |
+//! | [`DelayLimiter`] | at least `delay` has passed since the last start |
+//! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start, less the mean call duration |
+//! | [`CompositeLimiter`] | every part admits it |
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), tower_limits::error::BoxError> {
+//! let rate = RateLimiter::builder("payments-api", 2, Duration::from_secs(1))
+//!     .without_backoff()
+//!     .build()?;
+//! let client = ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?))
+//!     .layer(RateLimitLayer::new(rate))
+//!     .service(service_fn(|id: u32| async move { Ok::<_, Infallible>(id) }));
+//!
+//! let start = tokio::time::Instant::now();
+//! for id in 0..4 {
+//!     // Clones share the limits.
+//!     client.clone().ready().await?.call(id).await?;
+//! }
+//! // Two per second: the last two waited for the window to slide.
+//! assert_eq!(start.elapsed(), Duration::from_secs(1));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//!
+//! * **Atomic admission.** [`Limiter::try_acquire`] decides and records in one
+//!   step, so no interleaving of callers can be admitted past the limit
+//!   (`can_proceed` then `record_start` would race).
+//! * **Exact waits.** A denied caller sleeps until the instant the limiter
+//!   named, or until a running call completes: no polling interval.
+//! * **Cancellation is safe.** A [`Permit`] records completion when dropped,
+//!   so a call whose future is dropped releases what it held.
+//! * **Testable time.** Limiters read tokio's clock by default, so
+//!   `tokio::time::pause` drives them; [`Clock::fast`] is the cheap clock for
+//!   production.
+//!
+//! [tower]: https://docs.rs/tower
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod clock;
+pub mod error;
+pub mod limit;
+mod limiter;
+mod limiters;
+pub mod store;
+
+pub use clock::Clock;
+pub use limit::{
+    CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, DelayLimit,
+    DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer, Limit, LimitLayer,
+    NullLimit, NullLimitLayer, RateLimit, RateLimitLayer,
+};
+pub use limiter::{
+    Admission, Denial, Limiter, LimiterExt, LimiterFuture, Permit, Release, ReleaseEvent,
+    ReleaseListener,
+};
+pub use limiters::{
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, NullLimiter,
+    RateLimiter, RateLimiterBuilder,
+};

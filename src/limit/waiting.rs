@@ -1,0 +1,102 @@
+//! The queue of callers waiting for one layer's limiter, served in arrival
+//! order.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::error::{BoxError, Elapsed, Overloaded};
+use crate::limiter::{Admission, Denial, Limiter, Permit};
+
+/// Shared by every service a layer builds.
+///
+/// Only the caller holding `turn` asks the limiter; the others wait in the
+/// mutex's first-in, first-out queue. A newcomer skips the queue only when it
+/// is empty.
+#[derive(Default)]
+pub(crate) struct Queue {
+    turn: Mutex<()>,
+    waiting: AtomicUsize,
+}
+
+impl Queue {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+    }
+
+    /// A place in the queue, unless `max_waiting` callers already hold one.
+    pub(crate) fn enter(self: &Arc<Self>, max_waiting: Option<usize>) -> Result<Place, Overloaded> {
+        let max = max_waiting.unwrap_or(usize::MAX);
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
+                (waiting < max).then_some(waiting + 1)
+            })
+            .map_err(Overloaded::new)?;
+        Ok(Place(Arc::clone(self)))
+    }
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("waiting", &self.waiting.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Counts one waiting caller until dropped.
+pub(crate) struct Place(Arc<Queue>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Waits in line, then until the limiter admits the caller.
+///
+/// `denial` is the answer the caller already got, if any. With a `deadline`,
+/// fails with [`Elapsed`] as soon as the limiter names a later instant, or when
+/// the deadline passes. Dropping the future at any point gives up the place
+/// and holds no permit.
+pub(crate) async fn acquire_in_turn<L: Limiter>(
+    limiter: L,
+    place: Place,
+    mut denial: Option<Denial>,
+    deadline: Option<Instant>,
+) -> Result<Permit, BoxError> {
+    let wait = async {
+        let _turn = place.0.turn.lock().await;
+        loop {
+            if let Some(denial) = denial.take() {
+                if let (Some(deadline), Some(retry_at)) = (deadline, denial.retry_at())
+                    && retry_at > deadline
+                {
+                    return Err(Elapsed::new(Some(retry_at)).into());
+                }
+                denial.wait().await;
+            }
+            match limiter.try_acquire().await? {
+                Admission::Granted(permit) => return Ok(permit),
+                Admission::Denied(next) => denial = Some(next),
+            }
+        }
+    };
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, wait)
+            .await
+            .unwrap_or_else(|_| Err(Elapsed::new(None).into())),
+        None => wait.await,
+    }
+}
+
+/// One attempt for a limiter that answers asynchronously, in reject mode.
+pub(crate) async fn acquire_or_reject<L: Limiter>(limiter: L) -> Result<Permit, BoxError> {
+    match limiter.try_acquire().await? {
+        Admission::Granted(permit) => Ok(permit),
+        Admission::Denied(denial) => Err(crate::error::Rejected::new(denial.retry_at()).into()),
+    }
+}

@@ -1,0 +1,558 @@
+//! The [`Limiter`] trait, its atomic acquire path and the permits it hands out.
+//!
+//! A limiter answers the six questions of the seed interface
+//! ([`can_proceed`](Limiter::can_proceed), [`record_start`](Limiter::record_start),
+//! [`record_completion`](Limiter::record_completion),
+//! [`next_available_time`](Limiter::next_available_time),
+//! [`set_next_available_time`](Limiter::set_next_available_time),
+//! [`clear`](Limiter::clear)). Calling `can_proceed` and then `record_start`
+//! races: two tasks can both see "one left" and both start. The layers
+//! therefore use [`try_acquire`](Limiter::try_acquire), which decides and
+//! records in one atomic step and returns either a [`Permit`] or a [`Denial`]
+//! that says when to try again.
+//!
+//! # Example
+//!
+//! ```
+//! use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = ConcurrencyLimiter::new(1)?;
+//! let Admission::Granted(permit) = limiter.try_acquire().await? else {
+//!     unreachable!("nothing is running yet");
+//! };
+//! assert!(matches!(limiter.try_acquire().await?, Admission::Denied(_)));
+//! drop(permit); // records the completion
+//! assert!(limiter.can_proceed().await?);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use event_listener::{Event, EventListener};
+use tokio::time::Instant;
+
+use crate::error::LimiterError;
+
+/// The future every [`Limiter`] method returns.
+///
+/// In-memory limiters answer at once with [`LimiterFuture::ready`], which
+/// allocates nothing; limiters backed by a network store box their future
+/// with [`LimiterFuture::new`]. Keeping one concrete type keeps [`Limiter`]
+/// usable as a trait object, so different limiters sit side by side in a
+/// [`CompositeLimiter`](crate::CompositeLimiter).
+///
+/// ```
+/// use tower_limits::LimiterFuture;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(LimiterFuture::ready(7).await, 7);
+/// assert_eq!(LimiterFuture::new(async { 7 }).await, 7);
+/// # }
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct LimiterFuture<'a, T> {
+    state: FutureState<'a, T>,
+}
+
+enum FutureState<'a, T> {
+    Ready(Option<T>),
+    Boxed(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+// `T` is moved out, never pinned, so the future is `Unpin` whatever `T` is.
+impl<T> Unpin for LimiterFuture<'_, T> {}
+
+impl<'a, T> LimiterFuture<'a, T> {
+    /// A future that resolves to `value` on its first poll, without allocating.
+    pub fn ready(value: T) -> Self {
+        Self {
+            state: FutureState::Ready(Some(value)),
+        }
+    }
+
+    /// Boxes an asynchronous computation.
+    pub fn new(future: impl Future<Output = T> + Send + 'a) -> Self {
+        Self {
+            state: FutureState::Boxed(Box::pin(future)),
+        }
+    }
+
+    /// The value, if it is already known without polling; otherwise the
+    /// future itself, to be awaited.
+    ///
+    /// ```
+    /// use tower_limits::LimiterFuture;
+    ///
+    /// assert_eq!(LimiterFuture::ready(1).into_ready().ok(), Some(1));
+    /// assert!(LimiterFuture::new(async { 1 }).into_ready().is_err());
+    /// ```
+    pub fn into_ready(self) -> Result<T, Self> {
+        match self.state {
+            FutureState::Ready(Some(value)) => Ok(value),
+            state => Err(Self { state }),
+        }
+    }
+}
+
+impl<T> Future for LimiterFuture<'_, T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match &mut self.get_mut().state {
+            FutureState::Ready(value) => {
+                Poll::Ready(value.take().expect("LimiterFuture polled after completion"))
+            }
+            FutureState::Boxed(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> fmt::Debug for LimiterFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            FutureState::Ready(_) => "ready",
+            FutureState::Boxed(_) => "pending",
+        };
+        f.debug_struct("LimiterFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// A limiting strategy: the seed's six operations plus an atomic acquire.
+///
+/// Implement it for your own strategy and it works with [`LimitLayer`]
+/// (crate::LimitLayer) and inside a [`CompositeLimiter`](crate::CompositeLimiter).
+/// Every operation may be asynchronous (a limiter may keep its state in a
+/// store); in-memory ones return [`LimiterFuture::ready`].
+///
+/// The limiters of this crate are cheap handles: cloning one shares its
+/// state, so a clone handed to a layer and a clone kept for
+/// [`set_next_available_time`](Limiter::set_next_available_time) act on the
+/// same limit.
+///
+/// # Implementing
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use tokio::time::Instant;
+/// use tower_limits::error::LimiterError;
+/// use tower_limits::{Admission, Denial, Limiter, LimiterFuture, Permit};
+///
+/// /// Admits calls only while a switch is on.
+/// #[derive(Clone, Default)]
+/// struct Switch(Arc<AtomicBool>);
+///
+/// impl Limiter for Switch {
+///     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+///         let admission = if self.0.load(Ordering::Acquire) {
+///             Admission::Granted(Permit::unit())
+///         } else {
+///             Admission::Denied(Denial::until(Instant::now() + std::time::Duration::from_secs(1)))
+///         };
+///         LimiterFuture::ready(Ok(admission))
+///     }
+///     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+///         LimiterFuture::ready(Ok(self.0.load(Ordering::Acquire)))
+///     }
+///     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+///         LimiterFuture::ready(Ok(()))
+///     }
+///     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+///         LimiterFuture::ready(Ok(()))
+///     }
+///     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+///         LimiterFuture::ready(Ok(Instant::now()))
+///     }
+///     fn set_next_available_time(&self, _at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+///         LimiterFuture::ready(Ok(()))
+///     }
+///     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+///         self.0.store(true, Ordering::Release);
+///         LimiterFuture::ready(Ok(()))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LimiterError> {
+/// let switch = Switch::default();
+/// assert!(!switch.can_proceed().await?);
+/// switch.clear().await?;
+/// assert!(switch.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
+pub trait Limiter: Send + Sync + 'static {
+    /// Decides and records in one atomic step: either a [`Permit`] whose drop
+    /// records the completion, or a [`Denial`] naming when to try again.
+    ///
+    /// No interleaving of concurrent callers can be granted more than the
+    /// limit. The returned future must do nothing until it is first polled
+    /// (as `async` blocks do): a layer may drop it unpolled.
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>>;
+
+    /// Whether a call could start now, without recording anything.
+    ///
+    /// Only a hint: another caller may take the capacity before this one
+    /// calls [`record_start`](Limiter::record_start). Use
+    /// [`try_acquire`](Limiter::try_acquire) to admit calls.
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>>;
+
+    /// Records that a call has started, whether or not the limiter had room.
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
+
+    /// Records that a call recorded with [`record_start`](Limiter::record_start)
+    /// has finished, successfully or not.
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
+
+    /// The earliest instant at which a new call could start, as far as the
+    /// limiter can tell (a concurrency limit cannot know when a running call
+    /// will finish, and reports the time gate only).
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>>;
+
+    /// Imposes a pause: no call starts before `at` (for instance after an
+    /// upstream 429 with `Retry-After`). It never shortens a wait the limiter
+    /// itself requires.
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>>;
+
+    /// Resets the limiter to its initial state.
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
+
+    /// The `Duration` form of
+    /// [`set_next_available_time`](Limiter::set_next_available_time): pauses
+    /// for `delay` from now.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, DelayLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = DelayLimiter::new(Duration::from_millis(10))?;
+    /// limiter.set_next_available_after(Duration::from_secs(30)).await?;
+    /// assert!(!limiter.can_proceed().await?);
+    /// tokio::time::advance(Duration::from_secs(30)).await;
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn set_next_available_after(
+        &self,
+        delay: Duration,
+    ) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let at = Instant::now().checked_add(delay).unwrap_or_else(far_future);
+        self.set_next_available_time(at)
+    }
+}
+
+/// An instant far enough ahead to mean "not in this process's lifetime"
+/// (about 30 years), for delays too large to add to `now`.
+pub(crate) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
+}
+
+impl<L: Limiter + ?Sized> Limiter for Arc<L> {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        (**self).try_acquire()
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        (**self).can_proceed()
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        (**self).record_start()
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        (**self).record_completion()
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        (**self).next_available_time()
+    }
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        (**self).set_next_available_time(at)
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        (**self).clear()
+    }
+}
+
+/// The answer of [`Limiter::try_acquire`].
+#[derive(Debug)]
+pub enum Admission {
+    /// The call may start; drop the permit when it finishes.
+    Granted(Permit),
+    /// The call may not start yet.
+    Denied(Denial),
+}
+
+/// Why and until when a call was denied.
+///
+/// A denial names either an instant ([`Denial::until`]) or a release event
+/// ([`Denial::until_released`]: a running call must finish first). Waiting on
+/// it ([`Denial::wait`]) sleeps exactly that long: no polling interval.
+#[derive(Debug)]
+pub struct Denial {
+    retry_at: Option<Instant>,
+    released: Option<ReleaseListener>,
+}
+
+impl Denial {
+    /// Denied until `at`.
+    ///
+    /// ```
+    /// use tokio::time::Instant;
+    /// use tower_limits::Denial;
+    ///
+    /// let at = Instant::now();
+    /// assert_eq!(Denial::until(at).retry_at(), Some(at));
+    /// ```
+    pub fn until(at: Instant) -> Self {
+        Self {
+            retry_at: Some(at),
+            released: None,
+        }
+    }
+
+    /// Denied until the event behind `listener` fires (a running call
+    /// completes).
+    ///
+    /// ```
+    /// use tower_limits::{Denial, ReleaseEvent};
+    ///
+    /// let event = ReleaseEvent::new();
+    /// let denial = Denial::until_released(event.listen());
+    /// assert_eq!(denial.retry_at(), None);
+    /// ```
+    pub fn until_released(listener: ReleaseListener) -> Self {
+        Self {
+            retry_at: None,
+            released: Some(listener),
+        }
+    }
+
+    /// The instant named by the limiter; `None` when the caller must wait for
+    /// a running call to complete instead.
+    pub fn retry_at(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    /// Waits until the call may be retried: the named instant, or the release
+    /// event. Cancel safe: dropping the future holds nothing.
+    ///
+    /// ```
+    /// use tower_limits::Denial;
+    /// use tokio::time::{Duration, Instant};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let at = Instant::now() + Duration::from_millis(250);
+    /// Denial::until(at).wait().await;
+    /// assert_eq!(Instant::now(), at);
+    /// # }
+    /// ```
+    pub async fn wait(self) {
+        match (self.retry_at, self.released) {
+            (Some(at), _) => tokio::time::sleep_until(at).await,
+            (None, Some(listener)) => listener.0.await,
+            (None, None) => {}
+        }
+    }
+}
+
+/// Signals that capacity was released, waking callers denied with
+/// [`Denial::until_released`]. For custom limiters.
+///
+/// Create the listener *before* the final capacity check, so a release that
+/// happens in between is not missed:
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use tower_limits::{Denial, ReleaseEvent};
+///
+/// let free = AtomicUsize::new(0);
+/// let released = ReleaseEvent::new();
+///
+/// let listener = released.listen();
+/// if free.load(Ordering::Acquire) == 0 {
+///     let _denial = Denial::until_released(listener);
+/// }
+/// free.fetch_add(1, Ordering::Release);
+/// released.notify();
+/// ```
+#[derive(Debug, Default)]
+pub struct ReleaseEvent(Event);
+
+impl ReleaseEvent {
+    /// A new event with no listeners.
+    pub fn new() -> Self {
+        Self(Event::new())
+    }
+
+    /// Registers interest in the next [`notify`](ReleaseEvent::notify).
+    pub fn listen(&self) -> ReleaseListener {
+        ReleaseListener(self.0.listen())
+    }
+
+    /// Wakes every registered listener. Costs one atomic load when nobody
+    /// listens.
+    pub fn notify(&self) {
+        self.0.notify(usize::MAX);
+    }
+}
+
+/// A registration made by [`ReleaseEvent::listen`].
+#[derive(Debug)]
+pub struct ReleaseListener(EventListener);
+
+/// What a limiter does when a [`Permit`] it granted goes away.
+///
+/// Implement it in a custom limiter that must learn about completions
+/// (a concurrency count, call durations). `token` is whatever the limiter
+/// put in the permit with [`Permit::new`], such as the start time.
+///
+/// Both methods take the `Arc` by value, so a limiter whose release is
+/// asynchronous (a store round trip) can move it into a spawned task.
+pub trait Release: Send + Sync + 'static {
+    /// The permitted call has finished (successfully, with an error, or
+    /// because its future was dropped).
+    fn complete(self: Arc<Self>, token: u64);
+
+    /// The permit was never used: give the capacity back where the strategy
+    /// allows. By default the same as [`complete`](Release::complete).
+    fn refund(self: Arc<Self>, token: u64) {
+        self.complete(token);
+    }
+}
+
+/// Proof of admission. Dropping it records the call's completion.
+///
+/// A permit that was acquired but never used can be handed back with
+/// [`refund`](Permit::refund), which also returns rate quota (the start is
+/// erased) where the strategy allows it.
+///
+/// ```
+/// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = ConcurrencyLimiter::new(1)?;
+/// if let Admission::Granted(permit) = limiter.try_acquire().await? {
+///     permit.refund();
+/// }
+/// assert_eq!(limiter.running(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping a permit at once records the call as finished"]
+pub struct Permit {
+    kind: PermitKind,
+}
+
+enum PermitKind {
+    Unit,
+    Held {
+        release: Arc<dyn Release>,
+        token: u64,
+    },
+    Many(Vec<Permit>),
+}
+
+impl Permit {
+    /// A permit with nothing to release (what [`NullLimiter`](crate::NullLimiter) grants).
+    pub fn unit() -> Self {
+        Self {
+            kind: PermitKind::Unit,
+        }
+    }
+
+    /// A permit that tells `release` about the call's end, passing `token`.
+    pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
+        Self {
+            kind: PermitKind::Held { release, token },
+        }
+    }
+
+    /// A permit made of several, released together (a composite's grant).
+    pub fn many(permits: Vec<Permit>) -> Self {
+        Self {
+            kind: PermitKind::Many(permits),
+        }
+    }
+
+    /// Gives the permit back unused.
+    pub fn refund(mut self) {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Unit => {}
+            PermitKind::Held { release, token } => release.refund(token),
+            PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund),
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let PermitKind::Held { release, token } =
+            std::mem::replace(&mut self.kind, PermitKind::Unit)
+        {
+            release.complete(token);
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            PermitKind::Unit => f.write_str("Permit"),
+            PermitKind::Held { token, .. } => {
+                f.debug_struct("Permit").field("token", token).finish()
+            }
+            PermitKind::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),
+        }
+    }
+}
+
+/// Waiting acquisition for callers outside a layer (job runners, loops).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{DelayLimiter, LimiterExt};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = DelayLimiter::new(Duration::from_millis(100))?;
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..3 {
+///     let _permit = limiter.acquire().await?;
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_millis(200));
+/// # Ok(())
+/// # }
+/// ```
+pub trait LimiterExt: Limiter {
+    /// Waits until the limiter admits a call, then returns its permit.
+    ///
+    /// Cancel safe: dropping the future before it resolves holds no capacity.
+    /// Callers are not queued: use a [`LimitLayer`](crate::LimitLayer) for
+    /// first-come, first-served admission.
+    fn acquire(&self) -> impl Future<Output = Result<Permit, LimiterError>> + Send + '_ {
+        async move {
+            loop {
+                match self.try_acquire().await? {
+                    Admission::Granted(permit) => return Ok(permit),
+                    Admission::Denied(denial) => denial.wait().await,
+                }
+            }
+        }
+    }
+}
+
+impl<L: Limiter + ?Sized> LimiterExt for L {}

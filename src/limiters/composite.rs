@@ -1,0 +1,215 @@
+//! [`CompositeLimiter`]: every part must agree.
+
+use std::fmt;
+use std::ops::ControlFlow;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use tokio::time::Instant;
+
+use crate::error::LimiterError;
+use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
+
+type Parts = Arc<[Arc<dyn Limiter>]>;
+
+/// Combines limiters with AND: a call starts only if every part admits it.
+///
+/// * [`try_acquire`](Limiter::try_acquire) asks the parts in order and stops
+///   at the first denial (put cheap parts first). What earlier parts granted
+///   in that attempt is [refunded](Permit::refund), so a denied attempt never
+///   burns quota.
+/// * [`can_proceed`](Limiter::can_proceed) short-circuits the same way.
+/// * The hooks, [`set_next_available_time`](Limiter::set_next_available_time)
+///   and [`clear`](Limiter::clear) are forwarded to every part.
+/// * [`next_available_time`](Limiter::next_available_time) is the latest of
+///   the parts'.
+///
+/// Parts can be added at runtime with [`add_limiter`](CompositeLimiter::add_limiter);
+/// clones share the list.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{CompositeLimiter, ConcurrencyLimiter, Limiter, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = CompositeLimiter::new()
+///     .with(ConcurrencyLimiter::new(5)?)
+///     .with(RateLimiter::builder("openai", 100, Duration::from_secs(60)).build()?);
+/// assert_eq!(limiter.len(), 2);
+/// assert!(limiter.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct CompositeLimiter {
+    parts: Arc<RwLock<Parts>>,
+}
+
+impl CompositeLimiter {
+    /// A composite with no parts (it admits everything until parts are added).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `limiter` as the last part; for building in one expression.
+    #[must_use]
+    pub fn with(self, limiter: impl Limiter) -> Self {
+        self.add_limiter(limiter);
+        self
+    }
+
+    /// Adds `limiter` as the last part, at runtime. Attempts already under
+    /// way finish with the parts they started with.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{CompositeLimiter, ConcurrencyLimiter, DelayLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let composite = CompositeLimiter::new();
+    /// composite.add_limiter(ConcurrencyLimiter::new(10)?);
+    /// composite.add_limiter(DelayLimiter::new(Duration::from_millis(100))?);
+    /// assert_eq!(composite.len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_limiter(&self, limiter: impl Limiter) {
+        let mut parts = self.parts.write().unwrap_or_else(PoisonError::into_inner);
+        let mut next: Vec<Arc<dyn Limiter>> = parts.iter().cloned().collect();
+        next.push(Arc::new(limiter));
+        *parts = next.into();
+    }
+
+    /// How many parts there are.
+    pub fn len(&self) -> usize {
+        self.snapshot().len()
+    }
+
+    /// Whether there are no parts.
+    pub fn is_empty(&self) -> bool {
+        self.snapshot().is_empty()
+    }
+
+    fn snapshot(&self) -> Parts {
+        Arc::clone(&self.parts.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Runs `op` on every part in order, awaiting each.
+    fn for_each<'a, F>(&'a self, op: F) -> LimiterFuture<'a, Result<(), LimiterError>>
+    where
+        F: Fn(&Arc<dyn Limiter>) -> LimiterFuture<'_, Result<(), LimiterError>> + Send + 'a,
+    {
+        let parts = self.snapshot();
+        LimiterFuture::new(async move {
+            for part in parts.iter() {
+                op(part).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// One part's answer folded into the attempt: continue with the permit kept,
+/// or stop with the final answer (earlier permits refunded).
+fn fold_part(
+    granted: &mut Vec<Permit>,
+    answer: Result<Admission, LimiterError>,
+) -> ControlFlow<Result<Admission, LimiterError>> {
+    match answer {
+        Ok(Admission::Granted(permit)) => {
+            granted.push(permit);
+            ControlFlow::Continue(())
+        }
+        Ok(denied @ Admission::Denied(_)) => {
+            refund_all(granted);
+            ControlFlow::Break(Ok(denied))
+        }
+        Err(error) => {
+            refund_all(granted);
+            ControlFlow::Break(Err(error))
+        }
+    }
+}
+
+fn refund_all(granted: &mut Vec<Permit>) {
+    granted.drain(..).for_each(Permit::refund);
+}
+
+/// Finishes an attempt whose part `next` answered asynchronously.
+async fn acquire_rest(
+    parts: Parts,
+    mut granted: Vec<Permit>,
+    next: usize,
+) -> Result<Admission, LimiterError> {
+    for part in &parts[next..] {
+        if let ControlFlow::Break(answer) = fold_part(&mut granted, part.try_acquire().await) {
+            return answer;
+        }
+    }
+    Ok(Admission::Granted(Permit::many(granted)))
+}
+
+impl Limiter for CompositeLimiter {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let parts = self.snapshot();
+        let mut granted = Vec::with_capacity(parts.len());
+        for (index, part) in parts.iter().enumerate() {
+            // Answers known at once are folded here without allocating; the
+            // first pending part hands the rest to an async attempt.
+            let Ok(answer) = part.try_acquire().into_ready() else {
+                return LimiterFuture::new(acquire_rest(Arc::clone(&parts), granted, index));
+            };
+            if let ControlFlow::Break(answer) = fold_part(&mut granted, answer) {
+                return LimiterFuture::ready(answer);
+            }
+        }
+        LimiterFuture::ready(Ok(Admission::Granted(Permit::many(granted))))
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let parts = self.snapshot();
+        LimiterFuture::new(async move {
+            for part in parts.iter() {
+                if !part.can_proceed().await? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.for_each(|part| part.record_start())
+    }
+
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.for_each(|part| part.record_completion())
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let parts = self.snapshot();
+        LimiterFuture::new(async move {
+            let mut latest = Instant::now();
+            for part in parts.iter() {
+                latest = latest.max(part.next_available_time().await?);
+            }
+            Ok(latest)
+        })
+    }
+
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.for_each(move |part| part.set_next_available_time(at))
+    }
+
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.for_each(|part| part.clear())
+    }
+}
+
+impl fmt::Debug for CompositeLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompositeLimiter")
+            .field("parts", &self.len())
+            .finish()
+    }
+}

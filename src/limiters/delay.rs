@@ -1,0 +1,179 @@
+//! [`DelayLimiter`]: a fixed minimum delay between starts.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+
+/// Keeps at least `delay` between consecutive starts (default 50 ms).
+///
+/// It does not limit concurrency or count a window: each start sets the next
+/// available time to `start + delay`. The decision is one compare-and-swap.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{DelayLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = DelayLimiter::new(Duration::from_millis(200))?;
+/// limiter.record_start().await?;
+/// assert!(!limiter.can_proceed().await?);
+/// tokio::time::advance(Duration::from_millis(200)).await;
+/// assert!(limiter.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct DelayLimiter {
+    state: Arc<DelayState>,
+}
+
+struct DelayState {
+    delay: u64,
+    /// Nanoseconds since the clock's epoch before which nothing starts.
+    next_available: AtomicU64,
+    clock: Clock,
+}
+
+/// The seed's default delay.
+const DEFAULT_DELAY: Duration = Duration::from_millis(50);
+
+impl Default for DelayLimiter {
+    /// A limiter with the seed's default delay of 50 ms.
+    fn default() -> Self {
+        Self::build(duration_nanos(DEFAULT_DELAY), Clock::default())
+    }
+}
+
+impl DelayLimiter {
+    /// A limiter keeping `delay` between starts.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `delay` is zero.
+    pub fn new(delay: Duration) -> Result<Self, ConfigError> {
+        if delay.is_zero() {
+            return Err(ConfigError::new("delay", delay, "must be longer than zero"));
+        }
+        Ok(Self::build(duration_nanos(delay), Clock::default()))
+    }
+
+    /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self::build(self.state.delay, clock)
+    }
+
+    fn build(delay: u64, clock: Clock) -> Self {
+        Self {
+            state: Arc::new(DelayState {
+                delay,
+                next_available: AtomicU64::new(0),
+                clock,
+            }),
+        }
+    }
+
+    /// The configured delay.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.state.delay)
+    }
+}
+
+impl DelayState {
+    fn admit(self: &Arc<Self>) -> Admission {
+        let now = self.clock.now_nanos();
+        let start_next = now.saturating_add(self.delay);
+        let mut next = self.next_available.load(Ordering::Acquire);
+        loop {
+            if now < next {
+                return Admission::Denied(Denial::until(self.clock.instant_at(next)));
+            }
+            match self.next_available.compare_exchange_weak(
+                next,
+                start_next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Admission::Granted(Permit::new(
+                        Arc::clone(self) as Arc<dyn Release>,
+                        now,
+                    ));
+                }
+                Err(current) => next = current,
+            }
+        }
+    }
+}
+
+impl Release for DelayState {
+    fn complete(self: Arc<Self>, _start: u64) {}
+
+    /// Reopens the gap this start closed, unless something moved it since.
+    fn refund(self: Arc<Self>, start: u64) {
+        let _ = self.next_available.compare_exchange(
+            start.saturating_add(self.delay),
+            start,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+impl Limiter for DelayLimiter {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(Ok(self.state.admit()))
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let state = &self.state;
+        let open = state.clock.now_nanos() >= state.next_available.load(Ordering::Acquire);
+        LimiterFuture::ready(Ok(open))
+    }
+
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let state = &self.state;
+        let next = state.clock.now_nanos().saturating_add(state.delay);
+        state.next_available.fetch_max(next, Ordering::AcqRel);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let state = &self.state;
+        let next = state
+            .next_available
+            .load(Ordering::Acquire)
+            .max(state.clock.now_nanos());
+        LimiterFuture::ready(Ok(state.clock.instant_at(next)))
+    }
+
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let nanos = self.state.clock.nanos_at(at);
+        self.state.next_available.fetch_max(nanos, Ordering::AcqRel);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.state.next_available.store(0, Ordering::Release);
+        LimiterFuture::ready(Ok(()))
+    }
+}
+
+impl fmt::Debug for DelayLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DelayLimiter")
+            .field("delay", &self.delay())
+            .finish()
+    }
+}

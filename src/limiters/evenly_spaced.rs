@@ -1,0 +1,257 @@
+//! [`EvenlySpacedRateLimiter`]: starts spread evenly over the window.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+
+/// Spaces starts `window / max_executions` apart instead of allowing a burst
+/// of `max_executions` and then a long wait: a 60-per-minute API gets one call
+/// a second.
+///
+/// As the seed describes, the spacing after a start is shortened by the mean
+/// duration of the last `max_executions` completed calls
+/// (`wait = max(0, interval - mean_duration)`), so a worker that runs its
+/// calls one after another does not wait twice. On its own that rule would
+/// let short calls start faster than the limit, so this limiter also keeps the
+/// last `max_executions` start times and never admits more than
+/// `max_executions` in any `window`, however calls overlap.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{EvenlySpacedRateLimiter, LimiterExt};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = EvenlySpacedRateLimiter::new(60, Duration::from_secs(60))?;
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..3 {
+///     drop(limiter.acquire().await?); // instant calls: no duration credit
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_secs(2));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct EvenlySpacedRateLimiter {
+    state: Arc<SpacingState>,
+}
+
+struct SpacingState {
+    max_executions: usize,
+    window: u64,
+    interval: u64,
+    clock: Clock,
+    spacing: Mutex<Spacing>,
+}
+
+#[derive(Default)]
+struct Spacing {
+    /// No start before this, in nanoseconds since the clock's epoch.
+    next_available: u64,
+    /// The last `max_executions` starts, oldest first.
+    starts: VecDeque<u64>,
+    /// The last `max_executions` call durations and their sum.
+    durations: VecDeque<u64>,
+    duration_sum: u64,
+    /// Starts recorded by `record_start`, awaiting `record_completion`.
+    open_starts: VecDeque<u64>,
+    /// The last grant and the next-available time it replaced, for refunds.
+    last_grant: Option<(u64, u64)>,
+}
+
+impl EvenlySpacedRateLimiter {
+    /// A limiter spacing `max_executions` starts evenly over each `window`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `max_executions` is 0 or `window` is zero.
+    pub fn new(max_executions: usize, window: Duration) -> Result<Self, ConfigError> {
+        if max_executions == 0 {
+            return Err(ConfigError::new(
+                "max_executions",
+                max_executions,
+                "must be at least 1",
+            ));
+        }
+        if window.is_zero() {
+            return Err(ConfigError::new(
+                "window",
+                window,
+                "must be longer than zero",
+            ));
+        }
+        Ok(Self::build(
+            max_executions,
+            duration_nanos(window),
+            Clock::default(),
+        ))
+    }
+
+    /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self::build(self.state.max_executions, self.state.window, clock)
+    }
+
+    fn build(max_executions: usize, window: u64, clock: Clock) -> Self {
+        let max = u64::try_from(max_executions).unwrap_or(u64::MAX);
+        Self {
+            state: Arc::new(SpacingState {
+                max_executions,
+                window,
+                interval: window / max,
+                clock,
+                spacing: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The ideal interval between starts, `window / max_executions`.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.state.interval)
+    }
+}
+
+impl SpacingState {
+    fn lock(&self) -> MutexGuard<'_, Spacing> {
+        // Every update leaves the state consistent, so a poisoned lock is usable.
+        self.spacing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn admit(self: &Arc<Self>) -> Admission {
+        let now = self.clock.now_nanos();
+        let mut spacing = self.lock();
+        if let Some(retry_at) = self.blocked_until(&mut spacing, now) {
+            return Admission::Denied(Denial::until(self.clock.instant_at(retry_at)));
+        }
+        spacing.last_grant = Some((now, spacing.next_available));
+        self.record(&mut spacing, now);
+        drop(spacing);
+        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, now))
+    }
+
+    /// When the next start may happen, if not now.
+    fn blocked_until(&self, spacing: &mut Spacing, now: u64) -> Option<u64> {
+        if let Some(horizon) = now.checked_sub(self.window) {
+            while spacing
+                .starts
+                .front()
+                .is_some_and(|&start| start <= horizon)
+            {
+                spacing.starts.pop_front();
+            }
+        }
+        if now < spacing.next_available {
+            return Some(spacing.next_available);
+        }
+        let len = spacing.starts.len();
+        (len >= self.max_executions)
+            .then(|| spacing.starts[len - self.max_executions].saturating_add(self.window))
+    }
+
+    fn record(&self, spacing: &mut Spacing, now: u64) {
+        if spacing.starts.len() >= self.max_executions {
+            spacing.starts.pop_front();
+        }
+        spacing.starts.push_back(now);
+        let wait = self.interval.saturating_sub(spacing.mean_duration());
+        spacing.next_available = spacing.next_available.max(now.saturating_add(wait));
+    }
+
+    fn record_duration(&self, start: u64) {
+        let duration = self.clock.now_nanos().saturating_sub(start);
+        let mut spacing = self.lock();
+        if spacing.durations.len() >= self.max_executions
+            && let Some(oldest) = spacing.durations.pop_front()
+        {
+            spacing.duration_sum -= oldest;
+        }
+        spacing.durations.push_back(duration);
+        spacing.duration_sum = spacing.duration_sum.saturating_add(duration);
+    }
+}
+
+impl Spacing {
+    fn mean_duration(&self) -> u64 {
+        let count = u64::try_from(self.durations.len()).unwrap_or(u64::MAX);
+        self.duration_sum.checked_div(count).unwrap_or(0)
+    }
+}
+
+impl Release for SpacingState {
+    fn complete(self: Arc<Self>, start: u64) {
+        self.record_duration(start);
+    }
+
+    fn refund(self: Arc<Self>, start: u64) {
+        let mut spacing = self.lock();
+        if let Some(index) = spacing.starts.iter().rposition(|&s| s == start) {
+            spacing.starts.remove(index);
+        }
+        if let Some((_, previous)) = spacing.last_grant.take_if(|(ticket, _)| *ticket == start) {
+            spacing.next_available = previous;
+        }
+    }
+}
+
+impl Limiter for EvenlySpacedRateLimiter {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(Ok(self.state.admit()))
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let now = self.state.clock.now_nanos();
+        let blocked = self.state.blocked_until(&mut self.state.lock(), now);
+        LimiterFuture::ready(Ok(blocked.is_none()))
+    }
+
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let now = self.state.clock.now_nanos();
+        let mut spacing = self.state.lock();
+        self.state.record(&mut spacing, now);
+        spacing.open_starts.push_back(now);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let start = self.state.lock().open_starts.pop_front();
+        if let Some(start) = start {
+            self.state.record_duration(start);
+        }
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let state = &self.state;
+        let now = state.clock.now_nanos();
+        let at = state.blocked_until(&mut state.lock(), now).unwrap_or(now);
+        LimiterFuture::ready(Ok(state.clock.instant_at(at)))
+    }
+
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let nanos = self.state.clock.nanos_at(at);
+        let mut spacing = self.state.lock();
+        spacing.next_available = spacing.next_available.max(nanos);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        *self.state.lock() = Spacing::default();
+        LimiterFuture::ready(Ok(()))
+    }
+}
+
+impl fmt::Debug for EvenlySpacedRateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EvenlySpacedRateLimiter")
+            .field("max_executions", &self.state.max_executions)
+            .field("interval", &self.interval())
+            .finish()
+    }
+}

@@ -1,0 +1,361 @@
+//! [`RateLimiter`]: a sliding window of starts with exponential backoff.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
+
+/// At most `max_executions` starts in any sliding `window`, with the seed's
+/// exponential backoff and full jitter once the window fills.
+///
+/// The window is kept in a [store](crate::store): [`MemoryStore`] by default,
+/// a shared one to hold the limit across processes. Each decision is one
+/// atomic store operation. Limiters with the same name on the same store share
+/// one window.
+///
+/// When a start fills the window, the next start waits for the later of "the
+/// oldest start leaves the window" and a jittered backoff (see [`Backoff`];
+/// defaults: 1 s initial, ×2, 10 min cap). With a short window the backoff
+/// dominates and the achieved rate stays well under the limit; call
+/// [`without_backoff`](RateLimiterBuilder::without_backoff) for a plain
+/// sliding window that admits exactly `max_executions` per window.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Limiter, LimiterExt, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("openai-embeddings", 2, Duration::from_secs(1))
+///     .without_backoff()
+///     .build()?;
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..4 {
+///     drop(limiter.acquire().await?);
+/// }
+/// // Two at once, two more when the first two leave the window.
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # Ok(())
+/// # }
+/// ```
+pub struct RateLimiter<S: RateLimiterStore = MemoryStore> {
+    shared: Arc<RateShared<S>>,
+}
+
+struct RateShared<S: RateLimiterStore> {
+    name: String,
+    store: S,
+    key: S::Key,
+    policy: WindowPolicy,
+}
+
+impl<S: RateLimiterStore> Clone for RateLimiter<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl RateLimiter {
+    /// Starts building a limiter named `name` allowing `max_executions`
+    /// starts per `window`, on a fresh [`MemoryStore`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// let limiter = RateLimiter::builder("anthropic", 50, Duration::from_secs(60))
+    ///     .initial_backoff(Duration::from_secs(2))
+    ///     .backoff_multiplier(2.0)
+    ///     .max_backoff(Duration::from_secs(120))
+    ///     .build();
+    /// assert!(limiter.is_ok());
+    /// ```
+    pub fn builder(
+        name: impl Into<String>,
+        max_executions: usize,
+        window: Duration,
+    ) -> RateLimiterBuilder<MemoryStore> {
+        RateLimiterBuilder {
+            name: name.into(),
+            store: MemoryStore::new(),
+            max_executions,
+            window,
+            backoff: Some(DEFAULT_BACKOFF),
+        }
+    }
+}
+
+const DEFAULT_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_secs(1),
+    multiplier: 2.0,
+    max: Duration::from_secs(600),
+};
+
+impl<S: RateLimiterStore> RateLimiter<S> {
+    /// The limit's name (its key in the store).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The validated policy.
+    pub fn policy(&self) -> &WindowPolicy {
+        &self.shared.policy
+    }
+
+    /// The store behind this limiter.
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+
+    fn admission(&self, decision: WindowDecision) -> Admission {
+        match decision {
+            WindowDecision::Granted { ticket } => Admission::Granted(Permit::new(
+                Arc::clone(&self.shared) as Arc<dyn Release>,
+                ticket,
+            )),
+            WindowDecision::Denied { retry_at } => Admission::Denied(Denial::until(retry_at)),
+        }
+    }
+}
+
+impl<S: RateLimiterStore> Release for RateShared<S> {
+    /// Starts are what a sliding window counts: a finished call changes nothing.
+    fn complete(self: Arc<Self>, _ticket: u64) {}
+
+    fn refund(self: Arc<Self>, ticket: u64) {
+        // A pending future is dropped unpolled and run again on the runtime.
+        match self.store.refund(&self.key, ticket).into_ready().ok() {
+            Some(result) => log_refund_failure(&self.name, result),
+            None => refund_later(self, ticket),
+        }
+    }
+}
+
+/// Runs a store's asynchronous refund on the current runtime. Outside a
+/// runtime the start stays counted: the window over-counts, never under.
+fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move {
+                let result = shared.store.refund(&shared.key, ticket).await;
+                log_refund_failure(&shared.name, result);
+            });
+        }
+        Err(_) => tracing::warn!(limiter = %shared.name, "no runtime to refund an unused start"),
+    }
+}
+
+fn log_refund_failure(name: &str, result: Result<(), LimiterError>) {
+    if let Err(error) = result {
+        tracing::warn!(limiter = %name, %error, "could not refund an unused start");
+    }
+}
+
+impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let shared = &*self.shared;
+        let decision = shared
+            .store
+            .acquire(&shared.key, &shared.policy, fastrand::f64());
+        match decision.into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(|d| self.admission(d))),
+            Err(pending) => LimiterFuture::new(async move { Ok(self.admission(pending.await?)) }),
+        }
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            if shared.store.next_available(&shared.key).await?.is_some() {
+                return Ok(false);
+            }
+            let count = shared
+                .store
+                .execution_count(&shared.key, shared.policy.window)
+                .await?;
+            Ok(count < shared.policy.max_executions)
+        })
+    }
+
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let shared = &*self.shared;
+        shared
+            .store
+            .record_execution(&shared.key, &shared.policy, fastrand::f64())
+    }
+
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            let now = Instant::now();
+            let paused = shared.store.next_available(&shared.key).await?;
+            let max = shared.policy.max_executions;
+            let count = shared
+                .store
+                .execution_count(&shared.key, shared.policy.window)
+                .await?;
+            let frees_at = if count >= max {
+                let oldest = shared
+                    .store
+                    .oldest_execution_at_offset(&shared.key, count - max)
+                    .await?;
+                oldest.map(|start| start + shared.policy.window)
+            } else {
+                None
+            };
+            Ok([Some(now), paused, frees_at]
+                .into_iter()
+                .flatten()
+                .max()
+                .unwrap_or(now))
+        })
+    }
+
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.shared.store.set_next_available(&self.shared.key, at)
+    }
+
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.shared.store.clear(&self.shared.key)
+    }
+}
+
+impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("name", &self.shared.name)
+            .field("policy", &self.shared.policy)
+            .field("store", &self.shared.store)
+            .finish()
+    }
+}
+
+/// Configures a [`RateLimiter`]; made by [`RateLimiter::builder`].
+#[derive(Debug)]
+#[must_use = "call `build` to get a limiter"]
+pub struct RateLimiterBuilder<S> {
+    name: String,
+    store: S,
+    max_executions: usize,
+    window: Duration,
+    backoff: Option<Backoff>,
+}
+
+impl<S: RateLimiterStore> RateLimiterBuilder<S> {
+    /// Keeps the window in `store` instead of a fresh [`MemoryStore`].
+    pub fn store<T: RateLimiterStore>(self, store: T) -> RateLimiterBuilder<T> {
+        RateLimiterBuilder {
+            name: self.name,
+            store,
+            max_executions: self.max_executions,
+            window: self.window,
+            backoff: self.backoff,
+        }
+    }
+
+    /// The first backoff delay before escalation (default 1 s).
+    pub fn initial_backoff(mut self, delay: Duration) -> Self {
+        self.backoff_mut().initial = delay;
+        self
+    }
+
+    /// The factor applied on each escalation (default 2).
+    pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
+        self.backoff_mut().multiplier = multiplier;
+        self
+    }
+
+    /// The cap on the backoff delay (default 10 minutes).
+    pub fn max_backoff(mut self, delay: Duration) -> Self {
+        self.backoff_mut().max = delay;
+        self
+    }
+
+    /// No backoff: a full window waits only until its oldest start leaves it.
+    pub fn without_backoff(mut self) -> Self {
+        self.backoff = None;
+        self
+    }
+
+    fn backoff_mut(&mut self) -> &mut Backoff {
+        self.backoff.get_or_insert(DEFAULT_BACKOFF)
+    }
+
+    /// Validates the configuration and builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field if `max_executions` is 0, `window` is
+    /// zero, or the backoff has a zero initial delay, a multiplier that is
+    /// not a finite number of at least 1, or a cap below the initial delay.
+    pub fn build(self) -> Result<RateLimiter<S>, ConfigError> {
+        let policy = WindowPolicy {
+            max_executions: self.max_executions,
+            window: self.window,
+            backoff: self.backoff,
+        };
+        validate(&policy)?;
+        let key = self.store.key(&self.name);
+        Ok(RateLimiter {
+            shared: Arc::new(RateShared {
+                name: self.name,
+                store: self.store,
+                key,
+                policy,
+            }),
+        })
+    }
+}
+
+fn validate(policy: &WindowPolicy) -> Result<(), ConfigError> {
+    if policy.max_executions == 0 {
+        return Err(ConfigError::new(
+            "max_executions",
+            policy.max_executions,
+            "must be at least 1",
+        ));
+    }
+    if policy.window.is_zero() {
+        return Err(ConfigError::new(
+            "window",
+            policy.window,
+            "must be longer than zero",
+        ));
+    }
+    let Some(backoff) = &policy.backoff else {
+        return Ok(());
+    };
+    if backoff.initial.is_zero() {
+        return Err(ConfigError::new(
+            "initial_backoff",
+            backoff.initial,
+            "must be longer than zero (use `without_backoff` for none)",
+        ));
+    }
+    if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
+        return Err(ConfigError::new(
+            "backoff_multiplier",
+            backoff.multiplier,
+            "must be a finite number of at least 1",
+        ));
+    }
+    if backoff.max < backoff.initial {
+        return Err(ConfigError::new(
+            "max_backoff",
+            backoff.max,
+            "must be at least `initial_backoff`",
+        ));
+    }
+    Ok(())
+}

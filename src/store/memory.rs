@@ -1,0 +1,279 @@
+//! [`MemoryStore`]: sliding windows in this process's memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::clock::{Clock, duration_nanos};
+use crate::error::LimiterError;
+use crate::limiter::LimiterFuture;
+
+/// Keeps sliding windows in memory: fast, one process only.
+///
+/// Clones share the same windows. A window holds at most `max_executions`
+/// start times, so memory per named limit is bounded by the policy.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Clock, Limiter, RateLimiter, store::MemoryStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new().with_clock(Clock::fast());
+/// let limiter = RateLimiter::builder("emails", 100, Duration::from_secs(60))
+///     .store(store)
+///     .build()?;
+/// assert!(limiter.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    clock: Clock,
+    windows: Mutex<HashMap<String, MemoryKey>>,
+}
+
+/// A named window in a [`MemoryStore`].
+#[derive(Clone)]
+pub struct MemoryKey(Arc<Mutex<SlidingLog>>);
+
+impl fmt::Debug for MemoryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MemoryKey")
+    }
+}
+
+#[derive(Default)]
+struct SlidingLog {
+    /// Start times, oldest first, in nanoseconds since the clock's epoch.
+    starts: VecDeque<u64>,
+    /// No start before this (0: none).
+    next_available: u64,
+    /// The current backoff; `None` means the policy's initial delay.
+    backoff: Option<u64>,
+    /// What the last backoff replaced, so a refund of its start can undo it.
+    last_escalation: Option<Escalation>,
+}
+
+#[derive(Clone, Copy)]
+struct Escalation {
+    ticket: u64,
+    next_available: u64,
+    backoff: Option<u64>,
+}
+
+impl MemoryStore {
+    /// An empty store reading the default [`Clock`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The same store reading `clock`; windows start empty.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                windows: Mutex::default(),
+            }),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.clock.now_nanos()
+    }
+
+    fn instant(&self, nanos: u64) -> Instant {
+        self.inner.clock.instant_at(nanos)
+    }
+}
+
+/// Locks a window. A panic in another thread mid-update cannot leave a log
+/// inconsistent (every update is a push, a pop or a field store), so a
+/// poisoned lock is taken as is.
+fn lock(key: &MemoryKey) -> MutexGuard<'_, SlidingLog> {
+    key.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SlidingLog {
+    /// Drops starts at or before `now - window`: the window is `(now - window, now]`.
+    fn prune(&mut self, now: u64, window: u64) {
+        let Some(horizon) = now.checked_sub(window) else {
+            return;
+        };
+        while self.starts.front().is_some_and(|&start| start <= horizon) {
+            self.starts.pop_front();
+        }
+    }
+
+    /// When the window frees a place, if it is full.
+    fn window_frees_at(&self, policy: &WindowPolicy) -> Option<u64> {
+        let len = self.starts.len();
+        (len >= policy.max_executions).then(|| {
+            self.starts[len - policy.max_executions].saturating_add(duration_nanos(policy.window))
+        })
+    }
+
+    fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
+        self.prune(now, duration_nanos(policy.window));
+        if now < self.next_available {
+            return Err(self.next_available);
+        }
+        if let Some(frees_at) = self.window_frees_at(policy) {
+            return Err(frees_at);
+        }
+        self.backoff = None;
+        self.record(now, policy, jitter);
+        Ok(now)
+    }
+
+    fn record(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) {
+        self.starts.push_back(now);
+        if let (Some(backoff), Some(frees_at)) = (policy.backoff, self.window_frees_at(policy)) {
+            self.escalate(now, frees_at, &backoff, jitter);
+        }
+    }
+
+    fn escalate(&mut self, now: u64, frees_at: u64, backoff: &Backoff, jitter: f64) {
+        self.last_escalation = Some(Escalation {
+            ticket: now,
+            next_available: self.next_available,
+            backoff: self.backoff,
+        });
+        let current = self
+            .backoff
+            .unwrap_or_else(|| duration_nanos(backoff.initial));
+        let delay = backoff.escalate(current);
+        self.backoff = Some(delay);
+        let backoff_ends = now.saturating_add(Backoff::jittered(delay, jitter));
+        self.next_available = self.next_available.max(backoff_ends.max(frees_at));
+    }
+
+    fn refund(&mut self, ticket: u64) {
+        if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
+            self.starts.remove(index);
+        }
+        if let Some(escalation) = self.last_escalation.take_if(|e| e.ticket == ticket) {
+            self.next_available = escalation.next_available;
+            self.backoff = escalation.backoff;
+        }
+    }
+}
+
+impl RateLimiterStore for MemoryStore {
+    type Key = MemoryKey;
+
+    fn key(&self, name: &str) -> MemoryKey {
+        let mut windows = self
+            .inner
+            .windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        windows
+            .entry(name.to_owned())
+            .or_insert_with(|| MemoryKey(Arc::default()))
+            .clone()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        policy: &'a WindowPolicy,
+        jitter: f64,
+    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        let now = self.now();
+        let decision = match lock(key).decide(now, policy, jitter) {
+            Ok(ticket) => WindowDecision::Granted { ticket },
+            Err(retry_at) => WindowDecision::Denied {
+                retry_at: self.instant(retry_at),
+            },
+        };
+        LimiterFuture::ready(Ok(decision))
+    }
+
+    fn record_execution<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        policy: &'a WindowPolicy,
+        jitter: f64,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        let now = self.now();
+        let mut log = lock(key);
+        log.prune(now, duration_nanos(policy.window));
+        log.record(now, policy, jitter);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        ticket: u64,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        lock(key).refund(ticket);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn execution_count<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        window: Duration,
+    ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
+        let horizon = self.now().checked_sub(duration_nanos(window));
+        let log = lock(key);
+        let count = match horizon {
+            Some(horizon) => log.starts.iter().filter(|&&start| start > horizon).count(),
+            None => log.starts.len(),
+        };
+        LimiterFuture::ready(Ok(count))
+    }
+
+    fn oldest_execution_at_offset<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        offset: usize,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        let start = lock(key).starts.get(offset).copied();
+        LimiterFuture::ready(Ok(start.map(|nanos| self.instant(nanos))))
+    }
+
+    fn next_available<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        let next = lock(key).next_available;
+        let pause = (next > self.now()).then(|| self.instant(next));
+        LimiterFuture::ready(Ok(pause))
+    }
+
+    fn set_next_available<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        at: Instant,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        let nanos = self.inner.clock.nanos_at(at);
+        let mut log = lock(key);
+        log.next_available = log.next_available.max(nanos);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn clear<'a>(&'a self, key: &'a MemoryKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        *lock(key) = SlidingLog::default();
+        LimiterFuture::ready(Ok(()))
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
