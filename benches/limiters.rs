@@ -1,2 +1,168 @@
-//! Placeholder, replaced by the criterion benches.
-fn main() {}
+//! Admission cost beside the peers, in one run.
+//!
+//! * `decision`: one admission decision of an in-memory limiter that has room,
+//!   beside `governor`'s `check()` (GCRA, TSC clock).
+//! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
+//!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
+//!   bare service. Futures are polled by hand with a no-op waker, so no
+//!   runtime scheduling is measured.
+//! * `clock`: the time sources, since the clock is most of a decision.
+//!
+//! Run with `cargo bench --bench limiters`.
+
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
+use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use tower::{Layer, Service};
+use tower_limits::store::MemoryStore;
+use tower_limits::{
+    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, Limiter, RateLimitLayer,
+    RateLimiter,
+};
+
+/// A rate no benchmark run can exhaust.
+const UNBOUNDED: usize = 1 << 40;
+
+fn sliding_window(clock: Clock) -> RateLimiter {
+    RateLimiter::builder("bench", UNBOUNDED, Duration::from_millis(1))
+        .without_backoff()
+        .store(MemoryStore::new().with_clock(clock))
+        .build()
+        .expect("valid configuration")
+}
+
+fn admit(limiter: &impl Limiter) {
+    let answer = limiter.try_acquire().into_ready().ok();
+    match answer {
+        Some(Ok(Admission::Granted(permit))) => drop(black_box(permit)),
+        other => panic!("benchmark limiter must admit, got {other:?}"),
+    }
+}
+
+fn decision(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision");
+    let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
+    group.bench_function("governor_check", |b| {
+        b.iter(|| black_box(governor.check()).is_ok())
+    });
+    let fast = sliding_window(Clock::fast());
+    group.bench_function("sliding_window_fast_clock", |b| b.iter(|| admit(&fast)));
+    let tokio_clock = sliding_window(Clock::tokio());
+    group.bench_function("sliding_window_tokio_clock", |b| {
+        b.iter(|| admit(&tokio_clock))
+    });
+    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+    group.bench_function("concurrency", |b| b.iter(|| admit(&concurrency)));
+    group.finish();
+}
+
+/// Polls `future` once; the services measured here never wait.
+fn poll_once<F: Future>(future: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(future).poll(&mut cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("benchmark service must not wait"),
+    }
+}
+
+/// `ready` then `call`, polled by hand.
+fn ready_call<S: Service<()>>(service: &mut S)
+where
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    match service.poll_ready(&mut cx) {
+        Poll::Ready(Ok(())) => {}
+        other => panic!("benchmark service must be ready, got {other:?}"),
+    }
+    black_box(poll_once(service.call(())).expect("no-op service"));
+}
+
+#[derive(Clone, Copy)]
+struct Noop;
+
+impl Service<()> for Noop {
+    type Response = ();
+    type Error = Infallible;
+    type Future = Ready<Result<(), Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, (): ()) -> Self::Future {
+        ready(Ok(()))
+    }
+}
+
+fn ours(clock: Clock) -> impl Service<(), Error = tower_limits::error::BoxError> {
+    let concurrency = ConcurrencyLimiter::new(UNBOUNDED)
+        .expect("valid configuration")
+        .with_clock(clock.clone());
+    let rate = RateLimitLayer::new(sliding_window(clock));
+    ConcurrencyLimitLayer::new(concurrency).layer(rate.layer(Noop))
+}
+
+fn stack(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    // tower's RateLimit creates its timer in `new`, which needs a runtime.
+    let _entered = runtime.enter();
+    let mut group = c.benchmark_group("stack");
+
+    let mut bare = Noop;
+    group.bench_function("bare", |b| b.iter(|| ready_call(&mut bare)));
+
+    let mut tower_stack = tower::limit::ConcurrencyLimit::new(
+        tower::limit::RateLimit::new(
+            Noop,
+            tower::limit::rate::Rate::new(u64::MAX, Duration::from_secs(1)),
+        ),
+        UNBOUNDED,
+    );
+    group.bench_function("tower_concurrency_rate", |b| {
+        b.iter(|| ready_call(&mut tower_stack))
+    });
+
+    let mut ours_fast = ours(Clock::fast());
+    group.bench_function("ours_concurrency_rate_fast_clock", |b| {
+        b.iter(|| ready_call(&mut ours_fast))
+    });
+    let mut ours_tokio = ours(Clock::tokio());
+    group.bench_function("ours_concurrency_rate_tokio_clock", |b| {
+        b.iter(|| ready_call(&mut ours_tokio))
+    });
+    group.finish();
+}
+
+fn clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    group.bench_function("std_instant_now", |b| b.iter(std::time::Instant::now));
+    let quanta = quanta::Clock::new();
+    group.bench_function("quanta_now", |b| b.iter(|| quanta.now()));
+    let fast = Clock::fast();
+    group.bench_function("clock_fast_now", |b| b.iter(|| fast.now()));
+    let tokio_clock = Clock::tokio();
+    group.bench_function("clock_tokio_now", |b| b.iter(|| tokio_clock.now()));
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = decision, stack, clock
+}
+criterion_main!(benches);

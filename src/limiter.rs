@@ -33,6 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -228,6 +229,34 @@ pub trait Limiter: Send + Sync + 'static {
     /// Resets the limiter to its initial state.
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
 
+    /// Gives back a permit this limiter granted that was never used: the
+    /// call did not start, so the capacity (a concurrency slot, and for
+    /// rate limiters the recorded start) returns where the strategy allows.
+    /// Layers call it for reservations dropped before `call`; a composite
+    /// calls it when a later part denies.
+    ///
+    /// The default releases a permit made with [`Permit::new`] through
+    /// [`Release::refund`]; limiters that grant [`Permit::with_token`]
+    /// override it. It does not wait: a limiter whose refund needs a store
+    /// round trip runs it in the background.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60)).build()?;
+    /// let Admission::Granted(permit) = limiter.try_acquire().await? else { unreachable!() };
+    /// limiter.refund(permit);
+    /// assert!(limiter.can_proceed().await?); // the start was erased
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn refund(&self, permit: Permit) {
+        permit.refund_held();
+    }
+
     /// The `Duration` form of
     /// [`set_next_available_time`](Limiter::set_next_available_time): pauses
     /// for `delay` from now.
@@ -282,6 +311,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     }
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         (**self).clear()
+    }
+    fn refund(&self, permit: Permit) {
+        (**self).refund(permit);
     }
 }
 
@@ -362,7 +394,7 @@ impl Denial {
     pub async fn wait(self) {
         match (self.retry_at, self.released) {
             (Some(at), _) => tokio::time::sleep_until(at).await,
-            (None, Some(listener)) => listener.0.await,
+            (None, Some(mut released)) => (&mut released.listener).await,
             (None, None) => {}
         }
     }
@@ -371,47 +403,79 @@ impl Denial {
 /// Signals that capacity was released, waking callers denied with
 /// [`Denial::until_released`]. For custom limiters.
 ///
-/// Create the listener *before* the final capacity check, so a release that
-/// happens in between is not missed:
+/// [`notify`](ReleaseEvent::notify) costs one atomic load while nobody
+/// listens. For that to be race free, follow this protocol:
+///
+/// * the waiter calls [`listen`](ReleaseEvent::listen) *before* its final
+///   capacity check, and that check is a `SeqCst` atomic operation;
+/// * the releaser frees capacity with a `SeqCst` atomic operation, then calls
+///   `notify`.
 ///
 /// ```
-/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 /// use tower_limits::{Denial, ReleaseEvent};
 ///
 /// let free = AtomicUsize::new(0);
 /// let released = ReleaseEvent::new();
 ///
+/// // Waiter: listen, then look once more.
 /// let listener = released.listen();
-/// if free.load(Ordering::Acquire) == 0 {
+/// if free.load(SeqCst) == 0 {
 ///     let _denial = Denial::until_released(listener);
 /// }
-/// free.fetch_add(1, Ordering::Release);
+/// // Releaser: free capacity, then notify.
+/// free.fetch_add(1, SeqCst);
 /// released.notify();
 /// ```
 #[derive(Debug, Default)]
-pub struct ReleaseEvent(Event);
+pub struct ReleaseEvent {
+    inner: Arc<EventInner>,
+}
+
+#[derive(Debug, Default)]
+struct EventInner {
+    event: Event,
+    listeners: AtomicUsize,
+}
 
 impl ReleaseEvent {
     /// A new event with no listeners.
     pub fn new() -> Self {
-        Self(Event::new())
+        Self::default()
     }
 
     /// Registers interest in the next [`notify`](ReleaseEvent::notify).
     pub fn listen(&self) -> ReleaseListener {
-        ReleaseListener(self.0.listen())
+        // Registered with the event before it is counted: a releaser that
+        // sees the count is sure to find the registration.
+        let listener = self.inner.event.listen();
+        self.inner.listeners.fetch_add(1, Ordering::SeqCst);
+        ReleaseListener {
+            listener,
+            counted: Arc::clone(&self.inner),
+        }
     }
 
-    /// Wakes every registered listener. Costs one atomic load when nobody
-    /// listens.
+    /// Wakes every registered listener.
     pub fn notify(&self) {
-        self.0.notify(usize::MAX);
+        if self.inner.listeners.load(Ordering::SeqCst) > 0 {
+            self.inner.event.notify(usize::MAX);
+        }
     }
 }
 
 /// A registration made by [`ReleaseEvent::listen`].
 #[derive(Debug)]
-pub struct ReleaseListener(EventListener);
+pub struct ReleaseListener {
+    listener: EventListener,
+    counted: Arc<EventInner>,
+}
+
+impl Drop for ReleaseListener {
+    fn drop(&mut self) {
+        self.counted.listeners.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// What a limiter does when a [`Permit`] it granted goes away.
 ///
@@ -435,9 +499,9 @@ pub trait Release: Send + Sync + 'static {
 
 /// Proof of admission. Dropping it records the call's completion.
 ///
-/// A permit that was acquired but never used can be handed back with
-/// [`refund`](Permit::refund), which also returns rate quota (the start is
-/// erased) where the strategy allows it.
+/// A permit that was acquired but never used goes back with
+/// [`Limiter::refund`], which also returns rate quota (the start is erased)
+/// where the strategy allows it.
 ///
 /// ```
 /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
@@ -446,7 +510,8 @@ pub trait Release: Send + Sync + 'static {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = ConcurrencyLimiter::new(1)?;
 /// if let Admission::Granted(permit) = limiter.try_acquire().await? {
-///     permit.refund();
+///     assert_eq!(limiter.running(), 1);
+///     drop(permit); // the call finished
 /// }
 /// assert_eq!(limiter.running(), 0);
 /// # Ok(())
@@ -459,6 +524,7 @@ pub struct Permit {
 
 enum PermitKind {
     Unit,
+    Token(u64),
     Held {
         release: Arc<dyn Release>,
         token: u64,
@@ -468,32 +534,91 @@ enum PermitKind {
 
 impl Permit {
     /// A permit with nothing to release (what [`NullLimiter`](crate::NullLimiter) grants).
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::unit().token(), None);
+    /// ```
     pub fn unit() -> Self {
         Self {
             kind: PermitKind::Unit,
         }
     }
 
-    /// A permit that tells `release` about the call's end, passing `token`.
+    /// A permit that tells `release` about the call's end, passing `token`:
+    /// for limiters that must learn of completions (a concurrency count,
+    /// call durations).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use tower_limits::{Permit, Release};
+    ///
+    /// struct LastFinished(AtomicU64);
+    /// impl Release for LastFinished {
+    ///     fn complete(self: Arc<Self>, token: u64) {
+    ///         self.0.store(token, Ordering::Relaxed);
+    ///     }
+    /// }
+    ///
+    /// let finished = Arc::new(LastFinished(AtomicU64::new(0)));
+    /// drop(Permit::new(finished.clone(), 7));
+    /// assert_eq!(finished.0.load(Ordering::Relaxed), 7);
+    /// ```
     pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
         Self {
             kind: PermitKind::Held { release, token },
         }
     }
 
+    /// A permit that only carries `token` (what the limiter recorded, such
+    /// as the start time) for its [`Limiter::refund`]; dropping it does
+    /// nothing. For limiters that count starts, not completions.
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::with_token(42).token(), Some(42));
+    /// ```
+    pub fn with_token(token: u64) -> Self {
+        Self {
+            kind: PermitKind::Token(token),
+        }
+    }
+
     /// A permit made of several, released together (a composite's grant).
+    ///
+    /// ```
+    /// use tower_limits::Permit;
+    ///
+    /// let permit = Permit::many(vec![Permit::unit(), Permit::with_token(1)]);
+    /// assert_eq!(permit.token(), None);
+    /// ```
     pub fn many(permits: Vec<Permit>) -> Self {
         Self {
             kind: PermitKind::Many(permits),
         }
     }
 
-    /// Gives the permit back unused.
-    pub fn refund(mut self) {
+    /// The token given to [`Permit::new`] or [`Permit::with_token`].
+    pub fn token(&self) -> Option<u64> {
+        match self.kind {
+            PermitKind::Token(token) | PermitKind::Held { token, .. } => Some(token),
+            PermitKind::Unit | PermitKind::Many(_) => None,
+        }
+    }
+
+    /// The permits of a [`Permit::many`], in order; otherwise the permit itself.
+    pub(crate) fn into_parts(mut self) -> Vec<Permit> {
         match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Unit => {}
+            PermitKind::Many(permits) => permits,
+            kind => vec![Permit { kind }],
+        }
+    }
+
+    /// Returns an unused permit through its [`Release::refund`], if it has one.
+    pub(crate) fn refund_held(mut self) {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
             PermitKind::Held { release, token } => release.refund(token),
-            PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund),
+            PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund_held),
+            PermitKind::Unit | PermitKind::Token(_) => {}
         }
     }
 }
@@ -512,7 +637,7 @@ impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             PermitKind::Unit => f.write_str("Permit"),
-            PermitKind::Held { token, .. } => {
+            PermitKind::Token(token) | PermitKind::Held { token, .. } => {
                 f.debug_struct("Permit").field("token", token).finish()
             }
             PermitKind::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),

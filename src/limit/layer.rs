@@ -7,6 +7,7 @@ use tower_layer::Layer;
 
 use super::waiting::Queue;
 use super::{Limit, Options};
+use crate::limiter::Limiter;
 
 /// Applies a [`Limiter`](crate::Limiter) to a service; see the
 /// [module docs](crate::limit).
@@ -108,7 +109,7 @@ impl<L> LimitLayer<L> {
     }
 }
 
-impl<S, L: Clone> Layer<S> for LimitLayer<L> {
+impl<S, L: Limiter + Clone> Layer<S> for LimitLayer<L> {
     type Service = Limit<S, L>;
 
     fn layer(&self, inner: S) -> Limit<S, L> {

@@ -33,7 +33,7 @@ type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>
 ///
 /// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the
 /// last `call`, as tower's own limit services do.
-pub struct Limit<S, L> {
+pub struct Limit<S, L: Limiter> {
     inner: S,
     limiter: L,
     queue: Arc<Queue>,
@@ -44,28 +44,11 @@ pub struct Limit<S, L> {
 enum State {
     Idle,
     Waiting(WaitFuture),
-    Ready(Reserved),
+    /// A permit acquired in `poll_ready` that `call` has not used yet.
+    Ready(Permit),
 }
 
-/// A permit acquired in `poll_ready` that `call` has not used yet; refunded
-/// if dropped unused.
-struct Reserved(Option<Permit>);
-
-impl Reserved {
-    fn into_permit(mut self) -> Option<Permit> {
-        self.0.take()
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        if let Some(permit) = self.0.take() {
-            permit.refund();
-        }
-    }
-}
-
-impl<S, L> Limit<S, L> {
+impl<S, L: Limiter> Limit<S, L> {
     pub(crate) fn new(inner: S, limiter: L, queue: Arc<Queue>, options: Options) -> Self {
         Self {
             inner,
@@ -101,7 +84,7 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
             && let Ok(answer) = self.limiter.try_acquire().into_ready()
         {
             match answer? {
-                Admission::Granted(permit) => return Ok(State::Ready(Reserved(Some(permit)))),
+                Admission::Granted(permit) => return Ok(State::Ready(permit)),
                 Admission::Denied(denied) if self.options.reject => {
                     return Err(Rejected::new(denied.retry_at()).into());
                 }
@@ -139,7 +122,7 @@ where
                 State::Waiting(wait) => {
                     let result = ready!(wait.as_mut().poll(cx));
                     self.state = State::Idle;
-                    self.state = State::Ready(Reserved(Some(result?)));
+                    self.state = State::Ready(result?);
                 }
                 State::Idle => self.state = self.start()?,
             }
@@ -147,18 +130,23 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let permit = match std::mem::replace(&mut self.state, State::Idle) {
-            State::Ready(reserved) => reserved.into_permit(),
-            _ => None,
-        };
-        let Some(permit) = permit else {
+        let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) else {
             panic!("Limit::call without a reservation: poll_ready must return Ready(Ok(())) first");
         };
         ResponseFuture::new(self.inner.call(request), permit)
     }
 }
 
-impl<S: Clone, L: Clone> Clone for Limit<S, L> {
+impl<S, L: Limiter> Drop for Limit<S, L> {
+    /// Refunds a reservation that `call` never used.
+    fn drop(&mut self) {
+        if let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) {
+            self.limiter.refund(permit);
+        }
+    }
+}
+
+impl<S: Clone, L: Limiter + Clone> Clone for Limit<S, L> {
     /// Shares the limiter and the queue; the clone holds no reservation.
     fn clone(&self) -> Self {
         Self::new(
@@ -170,7 +158,7 @@ impl<S: Clone, L: Clone> Clone for Limit<S, L> {
     }
 }
 
-impl<S: fmt::Debug, L: fmt::Debug> fmt::Debug for Limit<S, L> {
+impl<S: fmt::Debug, L: Limiter + fmt::Debug> fmt::Debug for Limit<S, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Idle => "idle",

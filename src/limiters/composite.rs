@@ -15,7 +15,7 @@ type Parts = Arc<[Arc<dyn Limiter>]>;
 ///
 /// * [`try_acquire`](Limiter::try_acquire) asks the parts in order and stops
 ///   at the first denial (put cheap parts first). What earlier parts granted
-///   in that attempt is [refunded](Permit::refund), so a denied attempt never
+///   in that attempt is [refunded](Limiter::refund), so a denied attempt never
 ///   burns quota.
 /// * [`can_proceed`](Limiter::can_proceed) short-circuits the same way.
 /// * The hooks, [`set_next_available_time`](Limiter::set_next_available_time)
@@ -110,29 +110,29 @@ impl CompositeLimiter {
 }
 
 /// One part's answer folded into the attempt: continue with the permit kept,
-/// or stop with the final answer (earlier permits refunded).
+/// or stop with the final answer (earlier grants refunded to their parts).
 fn fold_part(
+    parts: &[Arc<dyn Limiter>],
     granted: &mut Vec<Permit>,
     answer: Result<Admission, LimiterError>,
 ) -> ControlFlow<Result<Admission, LimiterError>> {
-    match answer {
+    let answer = match answer {
         Ok(Admission::Granted(permit)) => {
             granted.push(permit);
-            ControlFlow::Continue(())
+            return ControlFlow::Continue(());
         }
-        Ok(denied @ Admission::Denied(_)) => {
-            refund_all(granted);
-            ControlFlow::Break(Ok(denied))
-        }
-        Err(error) => {
-            refund_all(granted);
-            ControlFlow::Break(Err(error))
-        }
-    }
+        other => other,
+    };
+    refund_to(parts, std::mem::take(granted));
+    ControlFlow::Break(answer)
 }
 
-fn refund_all(granted: &mut Vec<Permit>) {
-    granted.drain(..).for_each(Permit::refund);
+/// Gives each permit back to the part that granted it (the first parts, in
+/// order: parts are only ever appended).
+fn refund_to(parts: &[Arc<dyn Limiter>], permits: Vec<Permit>) {
+    for (part, permit) in parts.iter().zip(permits) {
+        part.refund(permit);
+    }
 }
 
 /// Finishes an attempt whose part `next` answered asynchronously.
@@ -142,7 +142,8 @@ async fn acquire_rest(
     next: usize,
 ) -> Result<Admission, LimiterError> {
     for part in &parts[next..] {
-        if let ControlFlow::Break(answer) = fold_part(&mut granted, part.try_acquire().await) {
+        let answer = part.try_acquire().await;
+        if let ControlFlow::Break(answer) = fold_part(&parts, &mut granted, answer) {
             return answer;
         }
     }
@@ -159,7 +160,7 @@ impl Limiter for CompositeLimiter {
             let Ok(answer) = part.try_acquire().into_ready() else {
                 return LimiterFuture::new(acquire_rest(Arc::clone(&parts), granted, index));
             };
-            if let ControlFlow::Break(answer) = fold_part(&mut granted, answer) {
+            if let ControlFlow::Break(answer) = fold_part(&parts, &mut granted, answer) {
                 return LimiterFuture::ready(answer);
             }
         }
@@ -203,6 +204,10 @@ impl Limiter for CompositeLimiter {
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         self.for_each(|part| part.clear())
+    }
+
+    fn refund(&self, permit: Permit) {
+        refund_to(&self.snapshot(), permit.into_parts());
     }
 }
 

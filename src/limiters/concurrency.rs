@@ -95,9 +95,10 @@ impl ConcurrencyLimiter {
 }
 
 impl ConcurrencyState {
+    // `SeqCst` on taking and releasing, as `ReleaseEvent` requires.
     fn try_take_slot(&self) -> bool {
         self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |running| {
                 (running < self.max_concurrent).then_some(running + 1)
             })
             .is_ok()
@@ -108,7 +109,7 @@ impl ConcurrencyState {
         // must not wrap the count.
         let _ = self
             .running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |running| {
                 Some(running.saturating_sub(1))
             });
         self.released.notify();
@@ -183,7 +184,7 @@ impl Limiter for ConcurrencyLimiter {
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.running.store(0, Ordering::Release);
+        self.state.running.store(0, Ordering::SeqCst);
         self.state.not_before.store(0, Ordering::Release);
         self.state.released.notify();
         LimiterFuture::ready(Ok(()))

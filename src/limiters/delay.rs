@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 
 /// Keeps at least `delay` between consecutive starts (default 50 ms).
 ///
@@ -87,7 +87,7 @@ impl DelayLimiter {
 }
 
 impl DelayState {
-    fn admit(self: &Arc<Self>) -> Admission {
+    fn admit(&self) -> Admission {
         let now = self.clock.now_nanos();
         let start_next = now.saturating_add(self.delay);
         let mut next = self.next_available.load(Ordering::Acquire);
@@ -101,29 +101,10 @@ impl DelayState {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    return Admission::Granted(Permit::new(
-                        Arc::clone(self) as Arc<dyn Release>,
-                        now,
-                    ));
-                }
+                Ok(_) => return Admission::Granted(Permit::with_token(now)),
                 Err(current) => next = current,
             }
         }
-    }
-}
-
-impl Release for DelayState {
-    fn complete(self: Arc<Self>, _start: u64) {}
-
-    /// Reopens the gap this start closed, unless something moved it since.
-    fn refund(self: Arc<Self>, start: u64) {
-        let _ = self.next_available.compare_exchange(
-            start.saturating_add(self.delay),
-            start,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
     }
 }
 
@@ -167,6 +148,20 @@ impl Limiter for DelayLimiter {
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         self.state.next_available.store(0, Ordering::Release);
         LimiterFuture::ready(Ok(()))
+    }
+
+    /// Reopens the gap the permit's start closed, unless something moved it
+    /// since.
+    fn refund(&self, permit: Permit) {
+        let Some(start) = permit.token() else {
+            return;
+        };
+        let _ = self.state.next_available.compare_exchange(
+            start.saturating_add(self.state.delay),
+            start,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// At most `max_executions` starts in any sliding `window`, with the seed's
@@ -52,6 +52,17 @@ struct RateShared<S: RateLimiterStore> {
     store: S,
     key: S::Key,
     policy: WindowPolicy,
+}
+
+impl<S: RateLimiterStore> RateShared<S> {
+    /// A jitter draw for the backoff; none is needed without one.
+    fn jitter(&self) -> f64 {
+        if self.policy.backoff.is_some() {
+            fastrand::f64()
+        } else {
+            0.0
+        }
+    }
 }
 
 impl<S: RateLimiterStore> Clone for RateLimiter<S> {
@@ -116,24 +127,8 @@ impl<S: RateLimiterStore> RateLimiter<S> {
 
     fn admission(&self, decision: WindowDecision) -> Admission {
         match decision {
-            WindowDecision::Granted { ticket } => Admission::Granted(Permit::new(
-                Arc::clone(&self.shared) as Arc<dyn Release>,
-                ticket,
-            )),
+            WindowDecision::Granted { ticket } => Admission::Granted(Permit::with_token(ticket)),
             WindowDecision::Denied { retry_at } => Admission::Denied(Denial::until(retry_at)),
-        }
-    }
-}
-
-impl<S: RateLimiterStore> Release for RateShared<S> {
-    /// Starts are what a sliding window counts: a finished call changes nothing.
-    fn complete(self: Arc<Self>, _ticket: u64) {}
-
-    fn refund(self: Arc<Self>, ticket: u64) {
-        // A pending future is dropped unpolled and run again on the runtime.
-        match self.store.refund(&self.key, ticket).into_ready().ok() {
-            Some(result) => log_refund_failure(&self.name, result),
-            None => refund_later(self, ticket),
         }
     }
 }
@@ -163,7 +158,7 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         let decision = shared
             .store
-            .acquire(&shared.key, &shared.policy, fastrand::f64());
+            .acquire(&shared.key, &shared.policy, shared.jitter());
         match decision.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(|d| self.admission(d))),
             Err(pending) => LimiterFuture::new(async move { Ok(self.admission(pending.await?)) }),
@@ -188,9 +183,10 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         shared
             .store
-            .record_execution(&shared.key, &shared.policy, fastrand::f64())
+            .record_execution(&shared.key, &shared.policy, shared.jitter())
     }
 
+    /// Starts are what a sliding window counts: a finished call changes nothing.
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::ready(Ok(()))
     }
@@ -228,6 +224,19 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         self.shared.store.clear(&self.shared.key)
+    }
+
+    /// Erases the permit's start from the window (and the backoff it set).
+    fn refund(&self, permit: Permit) {
+        let Some(ticket) = permit.token() else {
+            return;
+        };
+        let shared = &self.shared;
+        // A pending future is dropped unpolled and run again on the runtime.
+        match shared.store.refund(&shared.key, ticket).into_ready().ok() {
+            Some(result) => log_refund_failure(&shared.name, result),
+            None => refund_later(Arc::clone(shared), ticket),
+        }
     }
 }
 

@@ -1,0 +1,359 @@
+//! 1,000 concurrent callers per limiter on a multi-thread runtime, directly
+//! (`LimiterExt::acquire`) and through `LimitLayer`: the limit must hold.
+//!
+//! These run on real time (paused time needs a current-thread runtime).
+//! Each grant is recorded as the span `[before, after]` around the attempt
+//! that succeeded; the limiter decided somewhere inside it. A window is only
+//! charged with grants whose whole span lies inside it, so preemption can
+//! widen a span but never fake a violation.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt, service_fn};
+use tower_limits::error::LimiterError;
+use tower_limits::{
+    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    LimitLayer, Limiter, LimiterExt, LimiterFuture, Permit, RateLimiter,
+};
+
+const CALLERS: usize = 1_000;
+/// Generous: a hang fails the test instead of stalling the suite.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- helpers
+
+/// The span of one granted attempt.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    before: Instant,
+    after: Instant,
+}
+
+/// Wraps a limiter and records the span of every granted attempt.
+#[derive(Clone)]
+struct Recorder<L> {
+    inner: L,
+    grants: Arc<Mutex<Vec<Span>>>,
+}
+
+impl<L> Recorder<L> {
+    fn new(inner: L) -> Self {
+        Self {
+            inner,
+            grants: Arc::default(),
+        }
+    }
+
+    fn note(&self, before: Instant, answer: &Result<Admission, LimiterError>) {
+        if let Ok(Admission::Granted(_)) = answer {
+            let after = Instant::now();
+            self.grants.lock().unwrap().push(Span { before, after });
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.grants.lock().unwrap().clone()
+    }
+}
+
+impl<L: Limiter> Limiter for Recorder<L> {
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let before = Instant::now();
+        match self.inner.try_acquire().into_ready() {
+            Ok(answer) => {
+                self.note(before, &answer);
+                LimiterFuture::ready(answer)
+            }
+            Err(pending) => LimiterFuture::new(async move {
+                let before = Instant::now();
+                let answer = pending.await;
+                self.note(before, &answer);
+                answer
+            }),
+        }
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        self.inner.can_proceed()
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_start()
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_completion()
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        self.inner.next_available_time()
+    }
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.set_next_available_time(at)
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.clear()
+    }
+    fn refund(&self, permit: Permit) {
+        self.inner.refund(permit);
+    }
+}
+
+/// How many callers run at once, and the most that ever did.
+#[derive(Default)]
+struct Running {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Running {
+    /// Runs one call: counted from just after the grant to just before the
+    /// permit goes.
+    async fn call(&self, hold: Duration) {
+        let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(running, Ordering::SeqCst);
+        if hold.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(hold).await;
+        }
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
+/// Spawns `CALLERS` tasks running `caller` and returns how many finished.
+async fn run_callers<F, Fut>(caller: F) -> usize
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..CALLERS).map(|_| tokio::spawn(caller())).collect();
+    let mut finished = 0;
+    for task in tasks {
+        tokio::time::timeout_at(Instant::now() + DEADLINE, task)
+            .await
+            .expect("callers finish")
+            .expect("caller panicked");
+        finished += 1;
+    }
+    finished
+}
+
+/// Every caller acquires directly, holds its permit for `hold`, drops it.
+async fn direct<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Outcome {
+    let running = Arc::new(Running::default());
+    let finished = run_callers(|| {
+        let (limiter, running) = (limiter.clone(), Arc::clone(&running));
+        async move {
+            let permit = limiter
+                .acquire()
+                .await
+                .expect("in-memory limiters do not fail");
+            running.call(hold).await;
+            drop(permit);
+        }
+    })
+    .await;
+    Outcome::new(finished, &limiter, &running)
+}
+
+/// Every caller goes through one `LimitLayer` around a service that runs
+/// for `hold`.
+async fn layered<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Outcome {
+    let running = Arc::new(Running::default());
+    let counted = Arc::clone(&running);
+    let service = ServiceBuilder::new()
+        .layer(LimitLayer::new(limiter.clone()))
+        .service(service_fn(move |()| {
+            let running = Arc::clone(&counted);
+            async move {
+                running.call(hold).await;
+                Ok::<_, Infallible>(())
+            }
+        }));
+    let finished = run_callers(|| {
+        let service = service.clone();
+        async move {
+            service
+                .oneshot(())
+                .await
+                .expect("the layer admits every caller");
+        }
+    })
+    .await;
+    Outcome::new(finished, &limiter, &running)
+}
+
+struct Outcome {
+    finished: usize,
+    spans: Vec<Span>,
+    max_running: usize,
+}
+
+impl Outcome {
+    fn new<L>(finished: usize, limiter: &Recorder<L>, running: &Running) -> Self {
+        let mut spans = limiter.spans();
+        spans.sort_by_key(|span| span.before);
+        Self {
+            finished,
+            spans,
+            max_running: running.max(),
+        }
+    }
+
+    fn assert_all_got_through(&self) {
+        assert_eq!(self.finished, CALLERS, "callers finished");
+        assert_eq!(self.spans.len(), CALLERS, "grants recorded");
+    }
+
+    /// No `window` holds more than `max` grants whose span lies inside it;
+    /// and some window does hold at least `max / 2`, so the check has teeth.
+    fn assert_at_most_per_window(&self, max: usize, window: Duration) {
+        let spans = &self.spans;
+        let mut busiest = 0;
+        for (i, first) in spans.iter().enumerate() {
+            let end = first.before + window;
+            let inside = spans[i..]
+                .iter()
+                .take_while(|span| span.before < end)
+                .filter(|span| span.after < end)
+                .count();
+            assert!(
+                inside <= max,
+                "{inside} grants inside a {window:?} window starting at grant {i}, limit {max}"
+            );
+            busiest = busiest.max(inside);
+        }
+        assert!(
+            busiest >= max.div_ceil(2),
+            "the busiest window held only {busiest} of {max}: the test saw no pressure"
+        );
+    }
+
+    fn assert_concurrency_reached(&self, max: usize) {
+        assert!(
+            self.max_running <= max,
+            "{} ran at once, limit {max}",
+            self.max_running
+        );
+        assert_eq!(self.max_running, max, "the limit was never reached");
+    }
+}
+
+// -------------------------------------------------------------- limiters
+
+const MAX_CONCURRENT: usize = 8;
+/// 100 per 100 ms: 1,000 callers take about a second.
+const RATE_MAX: usize = 100;
+const RATE_WINDOW: Duration = Duration::from_millis(100);
+
+fn concurrency() -> Recorder<ConcurrencyLimiter> {
+    Recorder::new(ConcurrencyLimiter::new(MAX_CONCURRENT).unwrap())
+}
+
+fn plain_rate() -> RateLimiter {
+    RateLimiter::builder("stress", RATE_MAX, RATE_WINDOW)
+        .without_backoff()
+        .build()
+        .unwrap()
+}
+
+fn backoff_rate() -> RateLimiter {
+    RateLimiter::builder("stress-backoff", RATE_MAX, RATE_WINDOW)
+        .initial_backoff(Duration::from_millis(1))
+        .backoff_multiplier(2.0)
+        .max_backoff(Duration::from_millis(10))
+        .build()
+        .unwrap()
+}
+
+fn concurrency_and_rate() -> Recorder<CompositeLimiter> {
+    Recorder::new(
+        CompositeLimiter::new()
+            .with(ConcurrencyLimiter::new(MAX_CONCURRENT).unwrap())
+            .with(plain_rate()),
+    )
+}
+
+// ----------------------------------------------------------------- tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_limiter_holds_for_1000_concurrent_callers() {
+    let outcome = direct(concurrency(), Duration::from_millis(1)).await;
+    outcome.assert_all_got_through();
+    outcome.assert_concurrency_reached(MAX_CONCURRENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_limit_layer_holds_for_1000_concurrent_callers() {
+    let outcome = layered(concurrency(), Duration::from_millis(1)).await;
+    outcome.assert_all_got_through();
+    outcome.assert_concurrency_reached(MAX_CONCURRENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limiter_without_backoff_holds_for_1000_concurrent_callers() {
+    let outcome = direct(Recorder::new(plain_rate()), Duration::ZERO).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limit_layer_without_backoff_holds_for_1000_concurrent_callers() {
+    let outcome = layered(Recorder::new(plain_rate()), Duration::ZERO).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limiter_with_backoff_holds_for_1000_concurrent_callers() {
+    let outcome = direct(Recorder::new(backoff_rate()), Duration::ZERO).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limit_layer_with_backoff_holds_for_1000_concurrent_callers() {
+    let outcome = layered(Recorder::new(backoff_rate()), Duration::ZERO).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delay_limiter_holds_for_1000_concurrent_callers() {
+    let delay = Duration::from_millis(1);
+    let limiter = Recorder::new(DelayLimiter::new(delay).unwrap());
+    let outcome = direct(limiter, Duration::ZERO).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(1, delay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn evenly_spaced_limiter_holds_for_1000_concurrent_callers() {
+    // Calls outlast the 1 ms interval, so the duration credit removes the
+    // spacing and only the window cap holds the rate.
+    let limiter = EvenlySpacedRateLimiter::new(RATE_MAX, RATE_WINDOW).unwrap();
+    let outcome = direct(Recorder::new(limiter), Duration::from_millis(3)).await;
+    outcome.assert_all_got_through();
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn composite_of_concurrency_and_rate_holds_for_1000_concurrent_callers() {
+    let outcome = direct(concurrency_and_rate(), Duration::from_millis(1)).await;
+    outcome.assert_all_got_through();
+    outcome.assert_concurrency_reached(MAX_CONCURRENT);
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn composite_limit_layer_holds_for_1000_concurrent_callers() {
+    let outcome = layered(concurrency_and_rate(), Duration::from_millis(1)).await;
+    outcome.assert_all_got_through();
+    outcome.assert_concurrency_reached(MAX_CONCURRENT);
+    outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+}
