@@ -87,14 +87,13 @@ async fn main() -> Result<(), BoxError> {
     let rate = RateLimiter::builder("upstream", LIMIT, WINDOW)
         .without_backoff()
         .build()?;
+    let concurrency = ConcurrencyLimiter::new(MAX_CONCURRENT)?;
     let service = ServiceBuilder::new()
         // Concurrency OUTSIDE rate: at most MAX_CONCURRENT callers wait on the
         // rate limit, and each one starts the moment the rate limit admits
         // it. The other order would admit callers by rate and then make them
         // wait for a slot, so delayed starts could bunch up and break the rate.
-        .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(
-            MAX_CONCURRENT,
-        )?))
+        .layer(ConcurrencyLimitLayer::new(concurrency))
         .layer(RateLimitLayer::new(rate))
         .service(http);
 

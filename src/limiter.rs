@@ -237,8 +237,9 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// The default releases a permit made with [`Permit::new`] through
     /// [`Release::refund`]; limiters that grant [`Permit::with_token`]
-    /// override it. It does not wait: a limiter whose refund needs a store
-    /// round trip runs it in the background.
+    /// override it, and a limiter that wraps another must forward it. It
+    /// does not wait: a limiter whose refund needs a store round trip runs it
+    /// in the background.
     ///
     /// ```
     /// use std::time::Duration;

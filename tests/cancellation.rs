@@ -322,6 +322,34 @@ fn dropping_a_ready_service_refunds_its_reservation_and_backoff() {
     });
 }
 
+#[test]
+fn dropping_a_ready_service_refunds_its_start_after_a_later_caller_filled_the_window() {
+    for backoff in [false, true] {
+        paused(async {
+            // Two starts per 10 s. A reserves, B starts and fills the window,
+            // A walks away: the window holds B alone, so C starts at once.
+            let limits = Limits::new(3, 2, Duration::from_secs(10), backoff);
+            let mut a = limits.service();
+            a.ready().await.unwrap();
+            sleep(ms(1)).await;
+            let mut b = limits.service();
+            b.ready().await.unwrap();
+            b.call(Duration::ZERO).await.unwrap();
+            drop(a);
+            let mut c = limits.service();
+            let asked = Instant::now();
+            timeout(FOREVER, c.ready()).await.unwrap().unwrap();
+            assert_eq!(
+                Instant::now() - asked,
+                Duration::ZERO,
+                "with backoff {backoff}, C waited for the refunded start to leave the window"
+            );
+            c.call(Duration::ZERO).await.unwrap();
+            limits.check_calls()
+        });
+    }
+}
+
 /// A holds the only capacity for 100 ms; B queues behind it and gives up
 /// at 10 ms; C queues behind B and must start exactly when A's capacity
 /// returns, at 100 ms.

@@ -179,13 +179,22 @@ where
     })
 }
 
+/// Longer than any test needs; on paused time a stuck caller fails the test
+/// after this much virtual time instead of hanging it.
+const STUCK: Duration = Duration::from_secs(3600);
+
+/// Awaits `task`, failing the test if it is stuck.
+async fn finish<T>(task: JoinHandle<T>) -> T {
+    tokio::time::timeout(STUCK, task)
+        .await
+        .expect("a caller is stuck")
+        .expect("a caller panicked")
+}
+
 /// Awaits every caller; each must have succeeded.
 async fn join_all(callers: Vec<JoinHandle<Result<usize, BoxError>>>) {
     for caller in callers {
-        caller
-            .await
-            .expect("caller task panicked")
-            .expect("call failed");
+        finish(caller).await.expect("call failed");
     }
 }
 
@@ -393,6 +402,42 @@ async fn waiters_on_a_concurrency_limit_are_served_in_arrival_order() {
     join_all(spawn_callers(&service, ARRIVALS).await).await;
 
     assert_eq!(recorder.order(), ARRIVALS);
+}
+
+/// Newcomers that arrive at the very instant the head of the queue may go
+/// (some woken before the waiters, some after, through another service of
+/// the same layer) do not overtake anyone.
+async fn assert_newcomers_at_the_admission_instant_queue_behind<L>(limiter: L, duration: Duration)
+where
+    L: Limiter + Clone,
+{
+    let origin = Instant::now();
+    let recorder = Recorder::new(duration);
+    let layer = LimitLayer::new(limiter);
+    let first = layer.layer(recorder.clone());
+    let second = layer.layer(recorder.clone());
+
+    // Caller 0 goes at once and frees the way at 100 ms.
+    let mut callers = spawn_callers(&first, [0]).await;
+    callers.push(spawn_caller_at(&second, 4, origin + ms(100)));
+    for (id, at) in [(1, 10), (2, 20), (3, 30)] {
+        callers.push(spawn_caller_at(&first, id, origin + ms(at)));
+    }
+    sleep(ms(50)).await;
+    callers.push(spawn_caller_at(&second, 5, origin + ms(100)));
+    join_all(callers).await;
+
+    assert_eq!(recorder.order(), [0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn newcomers_at_the_instant_a_delay_ends_queue_behind_the_waiters() {
+    assert_newcomers_at_the_admission_instant_queue_behind(delay(ms(100)), Duration::ZERO).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn newcomers_at_the_instant_a_slot_frees_queue_behind_the_waiters() {
+    assert_newcomers_at_the_admission_instant_queue_behind(concurrency(1), ms(100)).await;
 }
 
 // ===== clones share one limit =====
@@ -756,7 +801,7 @@ async fn max_wait_admits_a_caller_whose_turn_comes_exactly_at_the_deadline() {
     ready_and_call(service.clone(), 0)
         .await
         .expect("first call");
-    let (ready, at) = spawn_ready(&service).await.expect("task");
+    let (ready, at) = finish(spawn_ready(&service)).await;
     ready.expect("admitted at the deadline");
     assert_eq!(at, origin + ms(100));
 }
@@ -773,13 +818,13 @@ async fn max_wait_fails_with_elapsed_when_the_deadline_passes_in_the_queue() {
     let behind = spawn_ready(&service);
 
     // Each waiter's deadline counts from its own arrival.
-    let (head, head_at) = head.await.expect("task");
+    let (head, head_at) = finish(head).await;
     let elapsed = head.expect_err("the head timed out");
     let elapsed = elapsed.downcast_ref::<Elapsed>().expect("Elapsed");
     assert_eq!(elapsed.retry_at(), None);
     assert_eq!(head_at, origin + ms(100));
 
-    let (behind, behind_at) = behind.await.expect("task");
+    let (behind, behind_at) = finish(behind).await;
     let elapsed = behind.expect_err("the waiter behind timed out");
     assert!(elapsed.is::<Elapsed>(), "expected Elapsed, got {elapsed:?}");
     assert_eq!(behind_at, origin + ms(150));

@@ -452,6 +452,27 @@ async fn rate_limiter_refund_gives_the_start_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn rate_limiter_refund_of_an_earlier_start_reopens_a_window_a_later_start_filled() {
+    // A reservation (the earlier start) is refunded after another caller
+    // filled the window: the window holds one start of two, so there is room.
+    for limiter in [
+        plain_window(2, Duration::from_secs(10)),
+        backoff_window(2, Duration::from_secs(10), ms(100), 2.0, ms(1000)),
+    ] {
+        let earlier = grant(&limiter).await;
+        advance(ms(1)).await;
+        drop(grant(&limiter).await); // fills the window
+        assert!(!can_proceed(&limiter).await);
+        limiter.refund(earlier);
+        assert!(
+            can_proceed(&limiter).await,
+            "the refunded start still blocks the window: {limiter:?}"
+        );
+        let _permit = grant(&limiter).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn rate_limiter_completion_does_not_give_the_start_back() {
     let limiter = plain_window(1, Duration::from_secs(10));
     drop(grant(&limiter).await);
@@ -592,6 +613,20 @@ async fn evenly_spaced_limiter_never_exceeds_max_per_window_with_long_calls() {
     // The duration credit did let starts closer than the interval.
     let min_gap = starts.windows(2).map(|p| p[1] - p[0]).min().unwrap();
     assert!(min_gap < limiter.interval(), "smallest gap {min_gap:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn evenly_spaced_limiter_seed_hooks_feed_the_mean_duration() {
+    let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let origin = Instant::now();
+    limiter.record_start().await.unwrap();
+    assert_eq!(next_available(&limiter).await, origin + ms(100));
+    advance(ms(40)).await;
+    limiter.record_completion().await.unwrap(); // a 40 ms call
+    advance(ms(60)).await;
+    assert!(can_proceed(&limiter).await);
+    limiter.record_start().await.unwrap();
+    assert_eq!(next_available(&limiter).await, origin + ms(100 + 60));
 }
 
 #[tokio::test(start_paused = true)]
@@ -792,19 +827,13 @@ async fn null_limiter_admits_everything() {
         .set_next_available_after(Duration::from_secs(60))
         .await
         .unwrap();
-    let permits: Vec<_> = grant_many(&limiter, 10_000).await;
-    assert_eq!(permits.len(), 10_000);
+    let mut permits = Vec::new();
+    for _ in 0..10_000 {
+        limiter.record_start().await.unwrap();
+        permits.push(grant(&limiter).await);
+    }
     assert!(can_proceed(&limiter).await);
     assert_eq!(next_available(&limiter).await, Instant::now());
-}
-
-async fn grant_many(limiter: &impl Limiter, n: usize) -> Vec<Permit> {
-    let mut permits = Vec::with_capacity(n);
-    for _ in 0..n {
-        limiter.record_start().await.unwrap();
-        permits.push(grant(limiter).await);
-    }
-    permits
 }
 
 // ------------------------------------------------------------ ConfigError

@@ -13,7 +13,7 @@ use super::Options;
 use super::future::ResponseFuture;
 use super::waiting::{Queue, acquire_in_turn, acquire_or_reject};
 use crate::error::{BoxError, Rejected};
-use crate::limiter::{Admission, Denial, Limiter, Permit};
+use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
 
 type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
 
@@ -100,7 +100,10 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
             return Ok(Box::pin(acquire_or_reject(limiter)));
         }
         let place = self.queue.enter(self.options.max_waiting)?;
-        let deadline = self.options.max_wait.map(|wait| Instant::now() + wait);
+        let deadline = self
+            .options
+            .max_wait
+            .map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future));
         Ok(Box::pin(acquire_in_turn(limiter, place, denial, deadline)))
     }
 }

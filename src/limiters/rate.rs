@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
@@ -139,7 +140,10 @@ fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
-                let result = shared.store.refund(&shared.key, ticket).await;
+                let result = shared
+                    .store
+                    .refund(&shared.key, &shared.policy, ticket)
+                    .await;
                 log_refund_failure(&shared.name, result);
             });
         }
@@ -167,16 +171,11 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let shared = &*self.shared;
-        LimiterFuture::new(async move {
-            if shared.store.next_available(&shared.key).await?.is_some() {
-                return Ok(false);
-            }
-            let count = shared
-                .store
-                .execution_count(&shared.key, shared.policy.window)
-                .await?;
-            Ok(count < shared.policy.max_executions)
-        })
+        let peek = shared.store.peek(&shared.key, &shared.policy);
+        match peek.into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(|blocked| blocked.is_none())),
+            Err(pending) => LimiterFuture::new(async move { Ok(pending.await?.is_none()) }),
+        }
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
@@ -195,26 +194,8 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
             let now = Instant::now();
-            let paused = shared.store.next_available(&shared.key).await?;
-            let max = shared.policy.max_executions;
-            let count = shared
-                .store
-                .execution_count(&shared.key, shared.policy.window)
-                .await?;
-            let frees_at = if count >= max {
-                let oldest = shared
-                    .store
-                    .oldest_execution_at_offset(&shared.key, count - max)
-                    .await?;
-                oldest.map(|start| start + shared.policy.window)
-            } else {
-                None
-            };
-            Ok([Some(now), paused, frees_at]
-                .into_iter()
-                .flatten()
-                .max()
-                .unwrap_or(now))
+            let blocked = shared.store.peek(&shared.key, &shared.policy).await?;
+            Ok(blocked.map_or(now, |at| at.max(now)))
         })
     }
 
@@ -233,7 +214,12 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         };
         let shared = &self.shared;
         // A pending future is dropped unpolled and run again on the runtime.
-        match shared.store.refund(&shared.key, ticket).into_ready().ok() {
+        match shared
+            .store
+            .refund(&shared.key, &shared.policy, ticket)
+            .into_ready()
+            .ok()
+        {
             Some(result) => log_refund_failure(&shared.name, result),
             None => refund_later(Arc::clone(shared), ticket),
         }
@@ -259,6 +245,24 @@ pub struct RateLimiterBuilder<S> {
     max_executions: usize,
     window: Duration,
     backoff: Option<Backoff>,
+}
+
+impl RateLimiterBuilder<MemoryStore> {
+    /// Keeps the window in a fresh [`MemoryStore`] reading `clock`, like the
+    /// other limiters' `with_clock`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(1))
+    ///     .clock(Clock::fast())
+    ///     .build();
+    /// assert!(limiter.is_ok());
+    /// ```
+    pub fn clock(self, clock: Clock) -> Self {
+        self.store(MemoryStore::new().with_clock(clock))
+    }
 }
 
 impl<S: RateLimiterStore> RateLimiterBuilder<S> {

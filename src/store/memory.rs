@@ -60,13 +60,13 @@ struct SlidingLog {
     next_available: u64,
     /// The current backoff; `None` means the policy's initial delay.
     backoff: Option<u64>,
-    /// What the last backoff replaced, so a refund of its start can undo it.
+    /// What the last backoff replaced, so a refund that unfills the window
+    /// can undo it.
     last_escalation: Option<Escalation>,
 }
 
 #[derive(Clone, Copy)]
 struct Escalation {
-    ticket: u64,
     next_available: u64,
     backoff: Option<u64>,
 }
@@ -122,13 +122,18 @@ impl SlidingLog {
         })
     }
 
-    fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
+    /// When a start could be granted, if not at `now`.
+    fn blocked_until(&mut self, now: u64, policy: &WindowPolicy) -> Option<u64> {
         self.prune(now, duration_nanos(policy.window));
         if now < self.next_available {
-            return Err(self.next_available);
+            return Some(self.next_available);
         }
-        if let Some(frees_at) = self.window_frees_at(policy) {
-            return Err(frees_at);
+        self.window_frees_at(policy)
+    }
+
+    fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
+        if let Some(retry_at) = self.blocked_until(now, policy) {
+            return Err(retry_at);
         }
         self.backoff = None;
         self.record(now, policy, jitter);
@@ -144,7 +149,6 @@ impl SlidingLog {
 
     fn escalate(&mut self, now: u64, frees_at: u64, backoff: &Backoff, jitter: f64) {
         self.last_escalation = Some(Escalation {
-            ticket: now,
             next_available: self.next_available,
             backoff: self.backoff,
         });
@@ -157,14 +161,25 @@ impl SlidingLog {
         self.next_available = self.next_available.max(backoff_ends.max(frees_at));
     }
 
-    fn refund(&mut self, ticket: u64) {
+    fn refund(&mut self, ticket: u64, policy: &WindowPolicy) {
         if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
             self.starts.remove(index);
         }
-        if let Some(escalation) = self.last_escalation.take_if(|e| e.ticket == ticket) {
+        if self.window_frees_at(policy).is_none()
+            && let Some(escalation) = self.last_escalation.take()
+        {
             self.next_available = escalation.next_available;
             self.backoff = escalation.backoff;
         }
+    }
+
+    /// The starts within the last `window`, oldest first.
+    fn in_window(&self, now: u64, window: Duration) -> impl Iterator<Item = u64> + '_ {
+        let horizon = now.checked_sub(duration_nanos(window));
+        self.starts
+            .iter()
+            .copied()
+            .filter(move |&start| horizon.is_none_or(|horizon| start > horizon))
     }
 }
 
@@ -189,8 +204,10 @@ impl RateLimiterStore for MemoryStore {
         policy: &'a WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        let mut log = lock(key);
+        // Read under the lock, so starts are recorded in order.
         let now = self.now();
-        let decision = match lock(key).decide(now, policy, jitter) {
+        let decision = match log.decide(now, policy, jitter) {
             Ok(ticket) => WindowDecision::Granted { ticket },
             Err(retry_at) => WindowDecision::Denied {
                 retry_at: self.instant(retry_at),
@@ -205,8 +222,8 @@ impl RateLimiterStore for MemoryStore {
         policy: &'a WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        let now = self.now();
         let mut log = lock(key);
+        let now = self.now();
         log.prune(now, duration_nanos(policy.window));
         log.record(now, policy, jitter);
         LimiterFuture::ready(Ok(()))
@@ -215,10 +232,21 @@ impl RateLimiterStore for MemoryStore {
     fn refund<'a>(
         &'a self,
         key: &'a MemoryKey,
+        policy: &'a WindowPolicy,
         ticket: u64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        lock(key).refund(ticket);
+        lock(key).refund(ticket, policy);
         LimiterFuture::ready(Ok(()))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        policy: &'a WindowPolicy,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        let mut log = lock(key);
+        let blocked = log.blocked_until(self.now(), policy);
+        LimiterFuture::ready(Ok(blocked.map(|nanos| self.instant(nanos))))
     }
 
     fn execution_count<'a>(
@@ -226,21 +254,17 @@ impl RateLimiterStore for MemoryStore {
         key: &'a MemoryKey,
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let horizon = self.now().checked_sub(duration_nanos(window));
-        let log = lock(key);
-        let count = match horizon {
-            Some(horizon) => log.starts.iter().filter(|&&start| start > horizon).count(),
-            None => log.starts.len(),
-        };
+        let count = lock(key).in_window(self.now(), window).count();
         LimiterFuture::ready(Ok(count))
     }
 
     fn oldest_execution_at_offset<'a>(
         &'a self,
         key: &'a MemoryKey,
+        window: Duration,
         offset: usize,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let start = lock(key).starts.get(offset).copied();
+        let start = lock(key).in_window(self.now(), window).nth(offset);
         LimiterFuture::ready(Ok(start.map(|nanos| self.instant(nanos))))
     }
 
@@ -261,6 +285,8 @@ impl RateLimiterStore for MemoryStore {
         let nanos = self.inner.clock.nanos_at(at);
         let mut log = lock(key);
         log.next_available = log.next_available.max(nanos);
+        // A pause from outside is never undone by a refund.
+        log.last_escalation = None;
         LimiterFuture::ready(Ok(()))
     }
 

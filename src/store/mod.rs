@@ -65,13 +65,24 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
-    /// Erases the start recorded with `ticket`, and undoes the backoff that
-    /// start triggered if no later start overrode it.
+    /// Erases the start recorded with `ticket`. If the window is then no
+    /// longer full, the last backoff (set because it was full) is undone,
+    /// unless a pause was set from outside since.
     fn refund<'a>(
         &'a self,
         key: &'a Self::Key,
+        policy: &'a WindowPolicy,
         ticket: u64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
+
+    /// The atomic peek: `None` if [`acquire`](RateLimiterStore::acquire)
+    /// would grant now, otherwise the instant it names (the later of the
+    /// pause and the full window freeing a place). Records nothing.
+    fn peek<'a>(
+        &'a self,
+        key: &'a Self::Key,
+        policy: &'a WindowPolicy,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
     /// How many starts fall within the last `window`.
     fn execution_count<'a>(
@@ -80,10 +91,12 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>>;
 
-    /// The start at position `offset` counting from the oldest, if any.
+    /// Among the starts within the last `window`, oldest first, the one at
+    /// position `offset`, if any.
     fn oldest_execution_at_offset<'a>(
         &'a self,
         key: &'a Self::Key,
+        window: Duration,
         offset: usize,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
