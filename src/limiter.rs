@@ -372,6 +372,36 @@ impl Denial {
         }
     }
 
+    /// Also ends the wait when the event behind `listener` fires, for a
+    /// limiter whose capacity can come back early (a refund, a `clear`).
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// use tower_limits::{Denial, ReleaseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let refunded = ReleaseEvent::new();
+    /// let start = Instant::now();
+    /// let denial = Denial::until(start + Duration::from_secs(60)).or_released(refunded.listen());
+    /// refunded.notify();
+    /// denial.wait().await;
+    /// assert_eq!(Instant::now(), start);
+    /// # }
+    /// ```
+    pub fn or_released(mut self, listener: ReleaseListener) -> Self {
+        self.released = Some(listener);
+        self
+    }
+
+    /// A denial that [`ReleaseEvent::decide`] completes with a listener.
+    pub(crate) fn until_release() -> Self {
+        Self {
+            retry_at: None,
+            released: None,
+        }
+    }
+
     /// The instant named by the limiter; `None` when the caller must wait for
     /// a running call to complete instead.
     pub fn retry_at(&self) -> Option<Instant> {
@@ -394,7 +424,11 @@ impl Denial {
     /// ```
     pub async fn wait(self) {
         match (self.retry_at, self.released) {
-            (Some(at), _) => tokio::time::sleep_until(at).await,
+            (Some(at), Some(mut released)) => tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = &mut released.listener => {}
+            },
+            (Some(at), None) => tokio::time::sleep_until(at).await,
             (None, Some(mut released)) => (&mut released.listener).await,
             (None, None) => {}
         }
@@ -454,6 +488,20 @@ impl ReleaseEvent {
         ReleaseListener {
             listener,
             counted: Arc::clone(&self.inner),
+        }
+    }
+
+    /// Runs `decide`; if it denies, listens and runs it once more, so capacity
+    /// released in between is not missed. The final denial wakes on this
+    /// event as well as at its own instant.
+    pub(crate) fn decide(&self, decide: impl Fn() -> Admission) -> Admission {
+        if let granted @ Admission::Granted(_) = decide() {
+            return granted;
+        }
+        let listener = self.listen();
+        match decide() {
+            Admission::Denied(denial) => Admission::Denied(denial.or_released(listener)),
+            granted => granted,
         }
     }
 

@@ -122,18 +122,15 @@ impl ConcurrencyState {
     }
 
     fn admit(self: &Arc<Self>) -> Admission {
-        if let Some(until) = self.paused_until() {
-            return Admission::Denied(Denial::until(self.clock.instant_at(until)));
-        }
-        if self.try_take_slot() {
-            return self.grant();
-        }
-        // Listen before the second look, so a release in between wakes us.
-        let listener = self.released.listen();
-        if self.try_take_slot() {
-            return self.grant();
-        }
-        Admission::Denied(Denial::until_released(listener))
+        self.released.decide(|| {
+            if let Some(until) = self.paused_until() {
+                Admission::Denied(Denial::until(self.clock.instant_at(until)))
+            } else if self.try_take_slot() {
+                self.grant()
+            } else {
+                Admission::Denied(Denial::until_release())
+            }
+        })
     }
 
     fn grant(self: &Arc<Self>) -> Admission {

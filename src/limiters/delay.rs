@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
 
 /// Keeps at least `delay` between consecutive starts (default 50 ms).
 ///
@@ -37,6 +37,8 @@ pub struct DelayLimiter {
 
 struct DelayState {
     delay: u64,
+    /// Fired when a refund or `clear` reopens the gap early.
+    reopened: ReleaseEvent,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     next_available: AtomicU64,
     clock: Clock,
@@ -74,6 +76,7 @@ impl DelayLimiter {
         Self {
             state: Arc::new(DelayState {
                 delay,
+                reopened: ReleaseEvent::new(),
                 next_available: AtomicU64::new(0),
                 clock,
             }),
@@ -88,18 +91,23 @@ impl DelayLimiter {
 
 impl DelayState {
     fn admit(&self) -> Admission {
+        self.reopened.decide(|| self.decide())
+    }
+
+    fn decide(&self) -> Admission {
         let now = self.clock.now_nanos();
         let start_next = now.saturating_add(self.delay);
-        let mut next = self.next_available.load(Ordering::Acquire);
+        let mut next = self.next_available.load(Ordering::SeqCst);
         loop {
             if now < next {
                 return Admission::Denied(Denial::until(self.clock.instant_at(next)));
             }
+            // `SeqCst`, as `ReleaseEvent` requires of the second look.
             match self.next_available.compare_exchange_weak(
                 next,
                 start_next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
                 Ok(_) => return Admission::Granted(Permit::with_token(now)),
                 Err(current) => next = current,
@@ -146,7 +154,8 @@ impl Limiter for DelayLimiter {
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.next_available.store(0, Ordering::Release);
+        self.state.next_available.store(0, Ordering::SeqCst);
+        self.state.reopened.notify();
         LimiterFuture::ready(Ok(()))
     }
 
@@ -156,12 +165,15 @@ impl Limiter for DelayLimiter {
         let Some(start) = permit.token() else {
             return;
         };
-        let _ = self.state.next_available.compare_exchange(
+        let reopened = self.state.next_available.compare_exchange(
             start.saturating_add(self.state.delay),
             start,
-            Ordering::AcqRel,
-            Ordering::Acquire,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
         );
+        if reopened.is_ok() {
+            self.state.reopened.notify();
+        }
     }
 }
 

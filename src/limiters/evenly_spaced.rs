@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
 
 /// Spaces starts `window / max_executions` apart instead of allowing a burst
 /// of `max_executions` and then a long wait: a 60-per-minute API gets one call
@@ -44,6 +44,8 @@ pub struct EvenlySpacedRateLimiter {
 }
 
 struct SpacingState {
+    /// Fired when a refund or `clear` frees a start early.
+    reopened: ReleaseEvent,
     max_executions: usize,
     window: u64,
     interval: u64,
@@ -103,6 +105,7 @@ impl EvenlySpacedRateLimiter {
         let max = u64::try_from(max_executions).unwrap_or(u64::MAX);
         Self {
             state: Arc::new(SpacingState {
+                reopened: ReleaseEvent::new(),
                 max_executions,
                 window,
                 interval: window / max,
@@ -125,6 +128,10 @@ impl SpacingState {
     }
 
     fn admit(self: &Arc<Self>) -> Admission {
+        self.reopened.decide(|| self.decide())
+    }
+
+    fn decide(self: &Arc<Self>) -> Admission {
         let now = self.clock.now_nanos();
         let mut spacing = self.lock();
         if let Some(retry_at) = self.blocked_until(&mut spacing, now) {
@@ -197,6 +204,8 @@ impl Release for SpacingState {
         if let Some((_, previous)) = spacing.last_grant.take_if(|(ticket, _)| *ticket == start) {
             spacing.next_available = previous;
         }
+        drop(spacing);
+        self.reopened.notify();
     }
 }
 
@@ -243,6 +252,7 @@ impl Limiter for EvenlySpacedRateLimiter {
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         *self.state.lock() = Spacing::default();
+        self.state.reopened.notify();
         LimiterFuture::ready(Ok(()))
     }
 }

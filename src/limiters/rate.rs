@@ -8,7 +8,9 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::limiter::{
+    Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
+};
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// At most `max_executions` starts in any sliding `window`, with the seed's
@@ -50,12 +52,40 @@ pub struct RateLimiter<S: RateLimiterStore = MemoryStore> {
 
 struct RateShared<S: RateLimiterStore> {
     name: String,
+    /// Fired when a refund or `clear` frees a start early.
+    released: ReleaseEvent,
     store: S,
     key: S::Key,
     policy: WindowPolicy,
 }
 
 impl<S: RateLimiterStore> RateShared<S> {
+    fn acquire(&self) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
+        self.store.acquire(&self.key, &self.policy, self.jitter())
+    }
+
+    /// Decides, with `listener` on a denial so a refund wakes the caller.
+    fn acquire_listening(
+        &self,
+        listener: ReleaseListener,
+    ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        match self.acquire().into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, Some(listener)))),
+            Err(pending) => {
+                LimiterFuture::new(async move { Ok(admission(pending.await?, Some(listener))) })
+            }
+        }
+    }
+
+    fn refunded(&self, result: Result<(), LimiterError>) {
+        match result {
+            Ok(()) => self.released.notify(),
+            Err(error) => {
+                tracing::warn!(limiter = %self.name, %error, "could not refund an unused start");
+            }
+        }
+    }
+
     /// A jitter draw for the backoff; none is needed without one.
     fn jitter(&self) -> f64 {
         if self.policy.backoff.is_some() {
@@ -125,11 +155,18 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     pub fn store(&self) -> &S {
         &self.shared.store
     }
+}
 
-    fn admission(&self, decision: WindowDecision) -> Admission {
-        match decision {
-            WindowDecision::Granted { ticket } => Admission::Granted(Permit::with_token(ticket)),
-            WindowDecision::Denied { retry_at } => Admission::Denied(Denial::until(retry_at)),
+/// A store decision as an admission; a denial also wakes on `listener`.
+fn admission(decision: WindowDecision, listener: Option<ReleaseListener>) -> Admission {
+    match decision {
+        WindowDecision::Granted { ticket } => Admission::Granted(Permit::with_token(ticket)),
+        WindowDecision::Denied { retry_at } => {
+            let denial = Denial::until(retry_at);
+            Admission::Denied(match listener {
+                Some(listener) => denial.or_released(listener),
+                None => denial,
+            })
         }
     }
 }
@@ -144,28 +181,25 @@ fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
                     .store
                     .refund(&shared.key, &shared.policy, ticket)
                     .await;
-                log_refund_failure(&shared.name, result);
+                shared.refunded(result);
             });
         }
         Err(_) => tracing::warn!(limiter = %shared.name, "no runtime to refund an unused start"),
     }
 }
 
-fn log_refund_failure(name: &str, result: Result<(), LimiterError>) {
-    if let Err(error) = result {
-        tracing::warn!(limiter = %name, %error, "could not refund an unused start");
-    }
-}
-
 impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        let decision = shared
-            .store
-            .acquire(&shared.key, &shared.policy, shared.jitter());
-        match decision.into_ready() {
-            Ok(result) => LimiterFuture::ready(result.map(|d| self.admission(d))),
-            Err(pending) => LimiterFuture::new(async move { Ok(self.admission(pending.await?)) }),
+        match shared.acquire().into_ready() {
+            // Listen, then look once more: a refund in between is not missed.
+            Ok(Ok(WindowDecision::Denied { .. })) => {
+                shared.acquire_listening(shared.released.listen())
+            }
+            Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, None))),
+            // A store that answers asynchronously: listen before deciding
+            // (the unpolled future is dropped and made again).
+            Err(_unpolled) => shared.acquire_listening(shared.released.listen()),
         }
     }
 
@@ -204,7 +238,12 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.shared.store.clear(&self.shared.key)
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            shared.store.clear(&shared.key).await?;
+            shared.released.notify();
+            Ok(())
+        })
     }
 
     /// Erases the permit's start from the window (and the backoff it set).
@@ -220,7 +259,7 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
             .into_ready()
             .ok()
         {
-            Some(result) => log_refund_failure(&shared.name, result),
+            Some(result) => shared.refunded(result),
             None => refund_later(Arc::clone(shared), ticket),
         }
     }
@@ -323,6 +362,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
         Ok(RateLimiter {
             shared: Arc::new(RateShared {
                 name: self.name,
+                released: ReleaseEvent::new(),
                 store: self.store,
                 key,
                 policy,
