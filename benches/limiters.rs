@@ -143,6 +143,21 @@ fn stack(c: &mut Criterion) {
     group.bench_function("ours_concurrency_rate_tokio_clock", |b| {
         b.iter(|| ready_call(&mut ours_tokio))
     });
+
+    // One layer at a time.
+    let mut tower_concurrency = tower::limit::ConcurrencyLimit::new(Noop, UNBOUNDED);
+    group.bench_function("tower_concurrency", |b| {
+        b.iter(|| ready_call(&mut tower_concurrency))
+    });
+    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+    let mut ours_concurrency = ConcurrencyLimitLayer::new(concurrency).layer(Noop);
+    group.bench_function("ours_concurrency", |b| {
+        b.iter(|| ready_call(&mut ours_concurrency))
+    });
+    let mut ours_rate = RateLimitLayer::new(sliding_window(Clock::fast())).layer(Noop);
+    group.bench_function("ours_rate_fast_clock", |b| {
+        b.iter(|| ready_call(&mut ours_rate))
+    });
     group.finish();
 }
 

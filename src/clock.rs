@@ -96,6 +96,7 @@ impl Clock {
     }
 
     /// The current time.
+    #[inline]
     pub fn now(&self) -> Instant {
         self.instant_at(self.now_nanos())
     }
@@ -110,6 +111,7 @@ impl Clock {
     }
 
     /// The instant `nanos` after the epoch.
+    #[inline]
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
         self.epoch + Duration::from_nanos(nanos)
     }
@@ -121,6 +123,7 @@ impl Clock {
 }
 
 /// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+#[inline]
 pub(crate) fn duration_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

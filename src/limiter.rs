@@ -74,6 +74,7 @@ impl<T> Unpin for LimiterFuture<'_, T> {}
 
 impl<'a, T> LimiterFuture<'a, T> {
     /// A future that resolves to `value` on its first poll, without allocating.
+    #[inline]
     pub fn ready(value: T) -> Self {
         Self {
             state: FutureState::Ready(Some(value)),
@@ -96,6 +97,7 @@ impl<'a, T> LimiterFuture<'a, T> {
     /// assert_eq!(LimiterFuture::ready(1).into_ready().ok(), Some(1));
     /// assert!(LimiterFuture::new(async { 1 }).into_ready().is_err());
     /// ```
+    #[inline]
     pub fn into_ready(self) -> Result<T, Self> {
         match self.state {
             FutureState::Ready(Some(value)) => Ok(value),
@@ -107,6 +109,7 @@ impl<'a, T> LimiterFuture<'a, T> {
 impl<T> Future for LimiterFuture<'_, T> {
     type Output = T;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         match &mut self.get_mut().state {
             FutureState::Ready(value) => {
@@ -494,6 +497,7 @@ impl ReleaseEvent {
     /// Runs `decide`; if it denies, listens and runs it once more, so capacity
     /// released in between is not missed. The final denial wakes on this
     /// event as well as at its own instant.
+    #[inline]
     pub(crate) fn decide(&self, decide: impl Fn() -> Admission) -> Admission {
         if let granted @ Admission::Granted(_) = decide() {
             return granted;
@@ -506,6 +510,7 @@ impl ReleaseEvent {
     }
 
     /// Wakes every registered listener.
+    #[inline]
     pub fn notify(&self) {
         if self.inner.listeners.load(Ordering::SeqCst) > 0 {
             self.inner.event.notify(usize::MAX);
@@ -587,6 +592,7 @@ impl Permit {
     /// ```
     /// assert_eq!(tower_limits::Permit::unit().token(), None);
     /// ```
+    #[inline]
     pub fn unit() -> Self {
         Self {
             kind: PermitKind::Unit,
@@ -613,6 +619,7 @@ impl Permit {
     /// drop(Permit::new(finished.clone(), 7));
     /// assert_eq!(finished.0.load(Ordering::Relaxed), 7);
     /// ```
+    #[inline]
     pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
         Self {
             kind: PermitKind::Held { release, token },
@@ -626,6 +633,7 @@ impl Permit {
     /// ```
     /// assert_eq!(tower_limits::Permit::with_token(42).token(), Some(42));
     /// ```
+    #[inline]
     pub fn with_token(token: u64) -> Self {
         Self {
             kind: PermitKind::Token(token),
@@ -647,6 +655,7 @@ impl Permit {
     }
 
     /// The token given to [`Permit::new`] or [`Permit::with_token`].
+    #[inline]
     pub fn token(&self) -> Option<u64> {
         match self.kind {
             PermitKind::Token(token) | PermitKind::Held { token, .. } => Some(token),
@@ -673,6 +682,7 @@ impl Permit {
 }
 
 impl Drop for Permit {
+    #[inline]
     fn drop(&mut self) {
         if let PermitKind::Held { release, token } =
             std::mem::replace(&mut self.kind, PermitKind::Unit)

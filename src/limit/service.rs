@@ -94,6 +94,8 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
         Ok(State::Waiting(self.wait(denial)?))
     }
 
+    #[cold]
+    #[inline(never)]
     fn wait(&self, denial: Option<Denial>) -> Result<WaitFuture, BoxError> {
         let limiter = self.limiter.clone();
         if self.options.reject {
@@ -119,17 +121,15 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        loop {
-            match &mut self.state {
-                State::Ready(_) => return self.inner.poll_ready(cx).map_err(Into::into),
-                State::Waiting(wait) => {
-                    let result = ready!(wait.as_mut().poll(cx));
-                    self.state = State::Idle;
-                    self.state = State::Ready(result?);
-                }
-                State::Idle => self.state = self.start()?,
-            }
+        if let State::Idle = self.state {
+            self.state = self.start()?;
         }
+        if let State::Waiting(wait) = &mut self.state {
+            let result = ready!(wait.as_mut().poll(cx));
+            self.state = State::Idle;
+            self.state = State::Ready(result?);
+        }
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {

@@ -23,6 +23,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.waiting.load(Ordering::Acquire) == 0
     }

@@ -96,6 +96,7 @@ impl ConcurrencyLimiter {
 
 impl ConcurrencyState {
     // `SeqCst` on taking and releasing, as `ReleaseEvent` requires.
+    #[inline]
     fn try_take_slot(&self) -> bool {
         self.running
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |running| {
@@ -104,6 +105,7 @@ impl ConcurrencyState {
             .is_ok()
     }
 
+    #[inline]
     fn release_slot(&self) {
         // Saturating: `record_completion` without a start, or after `clear`,
         // must not wrap the count.
@@ -116,12 +118,22 @@ impl ConcurrencyState {
     }
 
     /// The pause's end, if one is in force now.
+    #[inline]
     fn paused_until(&self) -> Option<u64> {
         let not_before = self.not_before.load(Ordering::Acquire);
         (not_before != 0 && self.clock.now_nanos() < not_before).then_some(not_before)
     }
 
+    #[inline]
     fn admit(self: &Arc<Self>) -> Admission {
+        if self.paused_until().is_none() && self.try_take_slot() {
+            return self.grant();
+        }
+        self.admit_or_listen()
+    }
+
+    #[cold]
+    fn admit_or_listen(self: &Arc<Self>) -> Admission {
         self.released.decide(|| {
             if let Some(until) = self.paused_until() {
                 Admission::Denied(Denial::until(self.clock.instant_at(until)))
@@ -133,18 +145,21 @@ impl ConcurrencyState {
         })
     }
 
+    #[inline]
     fn grant(self: &Arc<Self>) -> Admission {
         Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, 0))
     }
 }
 
 impl Release for ConcurrencyState {
+    #[inline]
     fn complete(self: Arc<Self>, _token: u64) {
         self.release_slot();
     }
 }
 
 impl Limiter for ConcurrencyLimiter {
+    #[inline]
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         LimiterFuture::ready(Ok(self.state.admit()))
     }

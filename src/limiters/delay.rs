@@ -90,10 +90,12 @@ impl DelayLimiter {
 }
 
 impl DelayState {
+    #[inline]
     fn admit(&self) -> Admission {
         self.reopened.decide(|| self.decide())
     }
 
+    #[inline]
     fn decide(&self) -> Admission {
         let now = self.clock.now_nanos();
         let start_next = now.saturating_add(self.delay);
@@ -117,6 +119,7 @@ impl DelayState {
 }
 
 impl Limiter for DelayLimiter {
+    #[inline]
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         LimiterFuture::ready(Ok(self.state.admit()))
     }

@@ -60,6 +60,7 @@ struct RateShared<S: RateLimiterStore> {
 }
 
 impl<S: RateLimiterStore> RateShared<S> {
+    #[inline]
     fn acquire(&self) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
         self.store.acquire(&self.key, &self.policy, self.jitter())
     }
@@ -87,6 +88,7 @@ impl<S: RateLimiterStore> RateShared<S> {
     }
 
     /// A jitter draw for the backoff; none is needed without one.
+    #[inline]
     fn jitter(&self) -> f64 {
         if self.policy.backoff.is_some() {
             fastrand::f64()
@@ -158,6 +160,7 @@ impl<S: RateLimiterStore> RateLimiter<S> {
 }
 
 /// A store decision as an admission; a denial also wakes on `listener`.
+#[inline]
 fn admission(decision: WindowDecision, listener: Option<ReleaseListener>) -> Admission {
     match decision {
         WindowDecision::Granted { ticket } => Admission::Granted(Permit::with_token(ticket)),
@@ -189,6 +192,7 @@ fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
 }
 
 impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
+    #[inline]
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
         match shared.acquire().into_ready() {

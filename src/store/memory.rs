@@ -87,10 +87,12 @@ impl MemoryStore {
         }
     }
 
+    #[inline]
     fn now(&self) -> u64 {
         self.inner.clock.now_nanos()
     }
 
+    #[inline]
     fn instant(&self, nanos: u64) -> Instant {
         self.inner.clock.instant_at(nanos)
     }
@@ -99,12 +101,14 @@ impl MemoryStore {
 /// Locks a window. A panic in another thread mid-update cannot leave a log
 /// inconsistent (every update is a push, a pop or a field store), so a
 /// poisoned lock is taken as is.
+#[inline]
 fn lock(key: &MemoryKey) -> MutexGuard<'_, SlidingLog> {
     key.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SlidingLog {
     /// Drops starts at or before `now - window`: the window is `(now - window, now]`.
+    #[inline]
     fn prune(&mut self, now: u64, window: u64) {
         let Some(horizon) = now.checked_sub(window) else {
             return;
@@ -115,6 +119,7 @@ impl SlidingLog {
     }
 
     /// When the window frees a place, if it is full.
+    #[inline]
     fn window_frees_at(&self, policy: &WindowPolicy) -> Option<u64> {
         let len = self.starts.len();
         (len >= policy.max_executions).then(|| {
@@ -123,6 +128,7 @@ impl SlidingLog {
     }
 
     /// When a start could be granted, if not at `now`.
+    #[inline]
     fn blocked_until(&mut self, now: u64, policy: &WindowPolicy) -> Option<u64> {
         self.prune(now, duration_nanos(policy.window));
         if now < self.next_available {
@@ -131,6 +137,7 @@ impl SlidingLog {
         self.window_frees_at(policy)
     }
 
+    #[inline]
     fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
         if let Some(retry_at) = self.blocked_until(now, policy) {
             return Err(retry_at);
@@ -140,6 +147,7 @@ impl SlidingLog {
         Ok(now)
     }
 
+    #[inline]
     fn record(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) {
         self.starts.push_back(now);
         if let (Some(backoff), Some(frees_at)) = (policy.backoff, self.window_frees_at(policy)) {
@@ -198,6 +206,7 @@ impl RateLimiterStore for MemoryStore {
             .clone()
     }
 
+    #[inline]
     fn acquire<'a>(
         &'a self,
         key: &'a MemoryKey,
