@@ -279,8 +279,9 @@ fn dropping_an_unpolled_response_future_releases_the_concurrency_slot() {
 }
 
 /// One caller reserves in `poll_ready` and drops its service; another must
-/// get the reservation at once.
-async fn reserve_and_abandon(limits: &Limits) {
+/// get the reservation at once. With one start per 10 s in `limits`, only a
+/// refund lets the second caller in now.
+async fn reserve_and_abandon(limits: Limits) -> Result<(), TestCaseError> {
     let mut abandoned = limits.service();
     abandoned.ready().await.unwrap();
     assert_eq!(limits.concurrency.running(), 1);
@@ -299,16 +300,15 @@ async fn reserve_and_abandon(limits: &Limits) {
     next.ready().await.unwrap();
     assert_eq!(Instant::now(), asked, "the next caller had to wait");
     next.call(Duration::ZERO).await.unwrap();
+    assert_eq!(limits.calls().len(), 1);
+    Ok(())
 }
 
 #[test]
 fn dropping_a_ready_service_refunds_its_reservation() {
     paused(async {
-        // One start per 10 s: only a refund lets the second caller in now.
         let limits = Limits::new(1, 1, Duration::from_secs(10), false);
-        reserve_and_abandon(&limits).await;
-        assert_eq!(limits.calls().len(), 1);
-        Ok(())
+        reserve_and_abandon(limits).await
     });
 }
 
@@ -316,9 +316,7 @@ fn dropping_a_ready_service_refunds_its_reservation() {
 fn dropping_a_ready_service_refunds_its_reservation_and_backoff() {
     paused(async {
         let limits = Limits::new(1, 1, Duration::from_secs(10), true);
-        reserve_and_abandon(&limits).await;
-        assert_eq!(limits.calls().len(), 1);
-        Ok(())
+        reserve_and_abandon(limits).await
     });
 }
 
@@ -352,8 +350,8 @@ fn dropping_a_ready_service_refunds_its_start_after_a_later_caller_filled_the_wi
 
 /// A holds the only capacity for 100 ms; B queues behind it and gives up
 /// at 10 ms; C queues behind B and must start exactly when A's capacity
-/// returns, at 100 ms.
-async fn queued_caller_gives_up(limits: &Limits) {
+/// returns, at 100 ms. Every call kept the limits, and nothing leaked.
+async fn queued_caller_gives_up(limits: Limits) -> Result<(), TestCaseError> {
     let start = Instant::now();
     let service = limits.service();
     let a = tokio::spawn(
@@ -384,15 +382,15 @@ async fn queued_caller_gives_up(limits: &Limits) {
     b.await.unwrap();
     let calls = limits.calls();
     assert_eq!(calls.len(), 2, "B gave up and never called: {calls:?}");
+    limits.check_calls()?;
+    limits.check_nothing_leaked().await
 }
 
 #[test]
 fn a_caller_dropped_while_waiting_for_concurrency_leaves_the_queue() {
     paused(async {
         let limits = Limits::new(1, 100, ms(10), false);
-        queued_caller_gives_up(&limits).await;
-        limits.check_calls()?;
-        limits.check_nothing_leaked().await
+        queued_caller_gives_up(limits).await
     });
 }
 
@@ -400,8 +398,6 @@ fn a_caller_dropped_while_waiting_for_concurrency_leaves_the_queue() {
 fn a_caller_dropped_while_waiting_for_rate_leaves_the_queue() {
     paused(async {
         let limits = Limits::new(10, 1, ms(100), false);
-        queued_caller_gives_up(&limits).await;
-        limits.check_calls()?;
-        limits.check_nothing_leaked().await
+        queued_caller_gives_up(limits).await
     });
 }

@@ -8,14 +8,15 @@
 //!
 //! [`Limit`]: tower_limits::Limit
 
-use std::convert::Infallible;
+mod common;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::{Recorder, finish, join_all, ms, ready_and_call, spawn_callers};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tower::buffer::Buffer;
@@ -31,10 +32,6 @@ use tower_test::mock::{self, Spawn};
 
 // ===== helpers =====
 
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
-
 fn concurrency(max: usize) -> ConcurrencyLimiter {
     ConcurrencyLimiter::new(max).expect("valid concurrency limit")
 }
@@ -49,108 +46,6 @@ fn rate(max: usize, window: Duration) -> RateLimiter {
         .without_backoff()
         .build()
         .expect("valid rate limit")
-}
-
-/// What [`Recorder`] saw.
-#[derive(Default)]
-struct Log {
-    starts: Vec<(usize, Instant)>,
-    running: usize,
-    max_running: usize,
-}
-
-/// An inner service that records when each call starts (and its id), runs
-/// for a fixed duration, and tracks how many calls overlap.
-#[derive(Clone)]
-struct Recorder {
-    log: Arc<Mutex<Log>>,
-    duration: Duration,
-}
-
-impl Recorder {
-    fn new(duration: Duration) -> Self {
-        Self {
-            log: Arc::default(),
-            duration,
-        }
-    }
-
-    fn log(&self) -> MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Each start as an offset from `origin`, in start order.
-    fn offsets(&self, origin: Instant) -> Vec<Duration> {
-        self.log()
-            .starts
-            .iter()
-            .map(|&(_, at)| at - origin)
-            .collect()
-    }
-
-    /// The ids of the calls, in start order.
-    fn order(&self) -> Vec<usize> {
-        self.log().starts.iter().map(|&(id, _)| id).collect()
-    }
-
-    fn max_running(&self) -> usize {
-        self.log().max_running
-    }
-}
-
-impl Service<usize> for Recorder {
-    type Response = usize;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<usize, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, id: usize) -> Self::Future {
-        {
-            let mut log = self.log();
-            log.starts.push((id, Instant::now()));
-            log.running += 1;
-            log.max_running = log.max_running.max(log.running);
-        }
-        let log = Arc::clone(&self.log);
-        let duration = self.duration;
-        Box::pin(async move {
-            if !duration.is_zero() {
-                sleep(duration).await;
-            }
-            log.lock().unwrap_or_else(PoisonError::into_inner).running -= 1;
-            Ok(id)
-        })
-    }
-}
-
-/// Waits for `service` to be ready, then calls it with `id`.
-async fn ready_and_call<S>(mut service: S, id: usize) -> Result<usize, BoxError>
-where
-    S: Service<usize, Response = usize, Error = BoxError>,
-{
-    service.ready().await?.call(id).await
-}
-
-/// Spawns one caller per id, in order, each with its own clone of `service`.
-/// Each caller runs its first poll (and so arrives) before the next is
-/// spawned.
-async fn spawn_callers<S>(
-    service: &S,
-    ids: impl IntoIterator<Item = usize>,
-) -> Vec<JoinHandle<Result<usize, BoxError>>>
-where
-    S: Service<usize, Response = usize, Error = BoxError> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    let mut callers = Vec::new();
-    for id in ids {
-        callers.push(tokio::spawn(ready_and_call(service.clone(), id)));
-        tokio::task::yield_now().await;
-    }
-    callers
 }
 
 /// Spawns a caller that arrives at `at`.
@@ -177,25 +72,6 @@ where
         let ready = service.ready().await.map(|_| ());
         (ready, Instant::now())
     })
-}
-
-/// Longer than any test needs; on paused time a stuck caller fails the test
-/// after this much virtual time instead of hanging it.
-const STUCK: Duration = Duration::from_secs(3600);
-
-/// Awaits `task`, failing the test if it is stuck.
-async fn finish<T>(task: JoinHandle<T>) -> T {
-    tokio::time::timeout(STUCK, task)
-        .await
-        .expect("a caller is stuck")
-        .expect("a caller panicked")
-}
-
-/// Awaits every caller; each must have succeeded.
-async fn join_all(callers: Vec<JoinHandle<Result<usize, BoxError>>>) {
-    for caller in callers {
-        finish(caller).await.expect("call failed");
-    }
 }
 
 /// The most starts that fall in any window `(t - window, t]`.
@@ -442,25 +318,35 @@ async fn newcomers_at_the_instant_a_slot_frees_queue_behind_the_waiters() {
 
 // ===== clones share one limit =====
 
+/// Sends eight callers, each with its own clone of `first` (callers 0 to 3)
+/// or of `second` (4 to 7), where both services stand in front of
+/// `recorder` (100 ms calls) behind one shared limit of two at once: the
+/// calls must run two at a time, back to back.
+async fn assert_both_services_run_two_at_a_time<S>(recorder: &Recorder, first: &S, second: &S)
+where
+    S: Service<usize, Response = usize, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    let origin = Instant::now();
+    let mut callers = spawn_callers(first, 0..4).await;
+    callers.extend(spawn_callers(second, 4..8).await);
+    join_all(callers).await;
+
+    assert_eq!(recorder.max_running(), 2);
+    assert_eq!(
+        recorder.offsets(origin),
+        [0, 0, 100, 100, 200, 200, 300, 300].map(ms)
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn clones_and_services_of_one_layer_share_one_concurrency_limit() {
-    let origin = Instant::now();
     let recorder = Recorder::new(ms(100));
     let layer = ConcurrencyLimitLayer::new(concurrency(2));
     let first = layer.layer(recorder.clone());
     let second = layer.layer(recorder.clone());
 
-    // Every caller has its own clone of one of two services.
-    let mut callers = spawn_callers(&first, 0..4).await;
-    callers.extend(spawn_callers(&second, 4..8).await);
-    join_all(callers).await;
-
-    assert_eq!(recorder.max_running(), 2);
-    // Two at a time, back to back.
-    assert_eq!(
-        recorder.offsets(origin),
-        [0, 0, 100, 100, 200, 200, 300, 300].map(ms)
-    );
+    assert_both_services_run_two_at_a_time(&recorder, &first, &second).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -947,21 +833,12 @@ async fn inner_backpressure_keeps_the_permit_reserved_until_the_inner_is_ready()
 
 #[tokio::test(start_paused = true)]
 async fn buffers_over_clones_of_one_service_share_the_limit() {
-    let origin = Instant::now();
     let recorder = Recorder::new(ms(100));
     let service = ConcurrencyLimitLayer::new(concurrency(2)).layer(recorder.clone());
     let first = Buffer::new(service.clone(), 8);
     let second = Buffer::new(service, 8);
 
-    let mut callers = spawn_callers(&first, 0..4).await;
-    callers.extend(spawn_callers(&second, 4..8).await);
-    join_all(callers).await;
-
-    assert_eq!(recorder.max_running(), 2);
-    assert_eq!(
-        recorder.offsets(origin),
-        [0, 0, 100, 100, 200, 200, 300, 300].map(ms)
-    );
+    assert_both_services_run_two_at_a_time(&recorder, &first, &second).await;
 }
 
 // ===== composite =====

@@ -14,15 +14,13 @@
 //!   back to back, 10 ms apart: the rate is broken although the rate limit
 //!   itself admitted only one per second.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+mod common;
+
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep, timeout};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use common::{Recorder, join_all, ms, spawn_callers};
+use tokio::time::Instant;
+use tower::{Service, ServiceBuilder};
 use tower_limits::error::BoxError;
 use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
 
@@ -34,10 +32,6 @@ const FIRST_CALL: Duration = Duration::from_secs(2);
 const LATER_CALL: Duration = Duration::from_millis(10);
 /// How many callers arrive together.
 const CALLERS: usize = 4;
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 fn concurrency_layer() -> ConcurrencyLimitLayer {
     ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1).expect("valid concurrency limit"))
@@ -51,68 +45,21 @@ fn rate_layer() -> RateLimitLayer {
     RateLimitLayer::new(limiter)
 }
 
-/// The inner service: records the instant each call starts, then runs for
-/// [`FIRST_CALL`] (the first call) or [`LATER_CALL`] (the others).
-#[derive(Clone, Default)]
-struct Upstream {
-    starts: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Upstream {
-    /// The recorded starts as offsets from `origin`, in order.
-    fn offsets(&self, origin: Instant) -> Vec<Duration> {
-        let starts = self.starts.lock().unwrap_or_else(PoisonError::into_inner);
-        starts.iter().map(|&start| start - origin).collect()
-    }
-}
-
-impl Service<usize> for Upstream {
-    type Response = usize;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<usize, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, id: usize) -> Self::Future {
-        let duration = {
-            let mut starts = self.starts.lock().unwrap_or_else(PoisonError::into_inner);
-            starts.push(Instant::now());
-            if starts.len() == 1 {
-                FIRST_CALL
-            } else {
-                LATER_CALL
-            }
-        };
-        Box::pin(async move {
-            sleep(duration).await;
-            Ok(id)
-        })
-    }
-}
-
-/// Sends [`CALLERS`] concurrent callers through `stack`, each in its own task
-/// with its own clone, and returns when they have all finished.
-async fn drive<S>(stack: S)
+/// Wraps `stack` around the upstream, which records the instant each call
+/// starts, then runs for [`FIRST_CALL`] (the first call) or [`LATER_CALL`]
+/// (the others). Sends [`CALLERS`] concurrent callers through it, each in
+/// its own task with its own clone, and once they have all finished returns
+/// the recorded starts as offsets from their arrival, in order.
+async fn start_offsets<S>(stack: impl FnOnce(Recorder) -> S) -> Vec<Duration>
 where
     S: Service<usize, Response = usize, Error = BoxError> + Clone + Send + 'static,
     S::Future: Send,
 {
-    let callers: Vec<_> = (0..CALLERS)
-        .map(|id| {
-            let mut stack = stack.clone();
-            tokio::spawn(async move { stack.ready().await?.call(id).await })
-        })
-        .collect();
-    for caller in callers {
-        // Paused time: a stuck caller fails the test instead of hanging it.
-        let answer = timeout(Duration::from_secs(3600), caller)
-            .await
-            .expect("a caller is stuck")
-            .expect("a caller panicked");
-        answer.expect("call failed");
-    }
+    let origin = Instant::now();
+    let upstream = Recorder::with_first_call(FIRST_CALL, LATER_CALL);
+    let stack = stack(upstream.clone());
+    join_all(spawn_callers(&stack, 0..CALLERS).await).await;
+    upstream.offsets(origin)
 }
 
 /// The shortest gap between two consecutive starts.
@@ -126,16 +73,14 @@ fn shortest_gap(offsets: &[Duration]) -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn concurrency_outside_rate_keeps_starts_a_window_apart() {
-    let origin = Instant::now();
-    let upstream = Upstream::default();
-    let stack = ServiceBuilder::new()
-        .layer(concurrency_layer())
-        .layer(rate_layer())
-        .service(upstream.clone());
+    let offsets = start_offsets(|upstream| {
+        ServiceBuilder::new()
+            .layer(concurrency_layer())
+            .layer(rate_layer())
+            .service(upstream)
+    })
+    .await;
 
-    drive(stack).await;
-
-    let offsets = upstream.offsets(origin);
     assert_eq!(offsets.len(), CALLERS);
     assert!(
         shortest_gap(&offsets) >= WINDOW,
@@ -147,16 +92,14 @@ async fn concurrency_outside_rate_keeps_starts_a_window_apart() {
 
 #[tokio::test(start_paused = true)]
 async fn rate_outside_concurrency_breaks_the_rate() {
-    let origin = Instant::now();
-    let upstream = Upstream::default();
-    let stack = ServiceBuilder::new()
-        .layer(rate_layer())
-        .layer(concurrency_layer())
-        .service(upstream.clone());
+    let offsets = start_offsets(|upstream| {
+        ServiceBuilder::new()
+            .layer(rate_layer())
+            .layer(concurrency_layer())
+            .service(upstream)
+    })
+    .await;
 
-    drive(stack).await;
-
-    let offsets = upstream.offsets(origin);
     assert_eq!(offsets.len(), CALLERS);
     // Callers admitted by the rate limit at 1 s and 2 s queued for the slot
     // and started back to back once the long call ended.

@@ -77,6 +77,16 @@ fn backoff_window(
         .expect("valid configuration")
 }
 
+/// `max` starts per 10 s (nothing leaves the window during a test), once
+/// as a plain window and once with backoff.
+fn plain_and_backoff_windows(max: usize) -> [RateLimiter; 2] {
+    let window = Duration::from_secs(10);
+    [
+        plain_window(max, window),
+        backoff_window(max, window, ms(100), 2.0, ms(1000)),
+    ]
+}
+
 /// Acquires `n` times in a row, holding each permit for `hold`; returns
 /// the start instants.
 async fn sequential_starts(limiter: &impl Limiter, n: usize, hold: Duration) -> Vec<Instant> {
@@ -438,10 +448,7 @@ async fn rate_limiter_grant_resets_the_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn rate_limiter_refund_gives_the_start_back() {
-    for limiter in [
-        plain_window(1, Duration::from_secs(10)),
-        backoff_window(1, Duration::from_secs(10), ms(100), 2.0, ms(1000)),
-    ] {
+    for limiter in plain_and_backoff_windows(1) {
         let permit = grant(&limiter).await;
         assert!(!can_proceed(&limiter).await);
         limiter.refund(permit);
@@ -455,10 +462,7 @@ async fn rate_limiter_refund_gives_the_start_back() {
 async fn rate_limiter_refund_of_an_earlier_start_reopens_a_window_a_later_start_filled() {
     // A reservation (the earlier start) is refunded after another caller
     // filled the window: the window holds one start of two, so there is room.
-    for limiter in [
-        plain_window(2, Duration::from_secs(10)),
-        backoff_window(2, Duration::from_secs(10), ms(100), 2.0, ms(1000)),
-    ] {
+    for limiter in plain_and_backoff_windows(2) {
         let earlier = grant(&limiter).await;
         advance(ms(1)).await;
         drop(grant(&limiter).await); // fills the window
