@@ -23,16 +23,36 @@
 //! # fn main() -> Result<(), tower_limits::error::ConfigError> {
 //! // Production: the cheap clock.
 //! let limiter = DelayLimiter::new(Duration::from_millis(100))?.with_clock(Clock::fast());
-//! # let _ = limiter;
+//! assert_eq!(limiter.delay(), Duration::from_millis(100));
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`tokio::time::pause`]: https://docs.rs/tokio/1/tokio/time/fn.pause.html
+//! [`tokio::time::advance`]: https://docs.rs/tokio/1/tokio/time/fn.advance.html
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 /// A monotonic time source, cheap to clone; see the [module docs](self).
+///
+/// The default is [`Clock::tokio`], so limiters follow paused tokio time:
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Clock, DelayLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = DelayLimiter::new(Duration::from_secs(60))?.with_clock(Clock::default());
+/// limiter.record_start().await?;
+/// assert!(!limiter.can_proceed().await?);
+/// tokio::time::advance(Duration::from_secs(60)).await; // no real minute passes
+/// assert!(limiter.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Clock {
     source: Source,
@@ -96,6 +116,18 @@ impl Clock {
     }
 
     /// The current time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::Clock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let clock = Clock::tokio();
+    /// tokio::time::advance(Duration::from_millis(1500)).await;
+    /// assert_eq!(clock.now(), tokio::time::Instant::now());
+    /// # }
+    /// ```
     #[inline]
     pub fn now(&self) -> Instant {
         self.instant_at(self.now_nanos())

@@ -18,6 +18,13 @@ use std::fmt;
 use tokio::time::Instant;
 
 /// The boxed error type of the layers, the same as tower's.
+///
+/// ```
+/// use tower_limits::error::{BoxError, Overloaded};
+///
+/// let error: BoxError = Overloaded::new(10).into();
+/// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(10));
+/// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A limiter was built with a parameter it cannot work with.
@@ -49,11 +56,27 @@ impl ConfigError {
     }
 
     /// The name of the offending parameter.
+    ///
+    /// ```
+    /// use tower_limits::EvenlySpacedRateLimiter;
+    ///
+    /// let error = EvenlySpacedRateLimiter::new(0, std::time::Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(error.field(), "max_executions");
+    /// ```
     pub fn field(&self) -> &'static str {
         self.field
     }
 
     /// The rule the parameter broke, such as `"must be at least 1"`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::DelayLimiter;
+    ///
+    /// let error = DelayLimiter::new(Duration::ZERO).unwrap_err();
+    /// assert_eq!(error.rule(), "must be longer than zero");
+    /// assert_eq!(error.to_string(), "invalid `delay` (0ns): must be longer than zero");
+    /// ```
     pub fn rule(&self) -> &'static str {
         self.rule
     }
@@ -77,10 +100,14 @@ impl std::error::Error for ConfigError {}
 /// unreachable or answer something unexpected.
 ///
 /// ```
+/// use std::error::Error;
 /// use tower_limits::error::LimiterError;
 ///
 /// let error = LimiterError::new("connection refused");
 /// assert_eq!(error.to_string(), "limiter failed: connection refused");
+/// // The underlying failure is the error's source.
+/// let source = error.source().map(|source| source.to_string());
+/// assert_eq!(source.as_deref(), Some("connection refused"));
 /// ```
 #[derive(Debug)]
 pub struct LimiterError {
@@ -89,6 +116,20 @@ pub struct LimiterError {
 
 impl LimiterError {
     /// Wraps the underlying failure.
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use std::io;
+    /// use tower_limits::error::LimiterError;
+    ///
+    /// let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "store unreachable");
+    /// let error = LimiterError::new(refused);
+    /// let kind = error
+    ///     .source()
+    ///     .and_then(|source| source.downcast_ref::<io::Error>())
+    ///     .map(io::Error::kind);
+    /// assert_eq!(kind, Some(io::ErrorKind::ConnectionRefused));
+    /// ```
     pub fn new(source: impl Into<BoxError>) -> Self {
         Self {
             source: source.into(),
@@ -126,11 +167,49 @@ pub struct Overloaded {
 
 impl Overloaded {
     /// An overload error for a queue holding `waiting` callers.
+    ///
+    /// For middleware of your own that bounds a queue the same way.
+    ///
+    /// ```
+    /// use tower_limits::error::Overloaded;
+    ///
+    /// let error = Overloaded::new(64);
+    /// assert_eq!(error.waiting(), 64);
+    /// assert_eq!(error, Overloaded::new(64));
+    /// ```
     pub fn new(waiting: usize) -> Self {
         Self { waiting }
     }
 
     /// How many callers were waiting when this one was turned away.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Overloaded;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(1);
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// let mut waiter = service.clone();
+    /// let mut late = service.clone();
+    ///
+    /// service.ready().await?; // takes the only slot
+    /// let waiting = tokio::spawn(async move { waiter.ready().await.map(|_| ()) });
+    /// tokio::task::yield_now().await; // the waiter joins the queue
+    ///
+    /// let Err(error) = late.ready().await else {
+    ///     unreachable!("the queue is full");
+    /// };
+    /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
+    ///
+    /// service.call(1).await?; // frees the slot for the waiter
+    /// waiting.await??;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn waiting(&self) -> usize {
         self.waiting
     }
@@ -167,11 +246,45 @@ pub struct Elapsed {
 impl Elapsed {
     /// A timeout; `retry_at` is when the limiter would have admitted the
     /// caller, if it said.
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// use tower_limits::error::Elapsed;
+    ///
+    /// let at = Instant::now() + Duration::from_secs(90);
+    /// assert_eq!(Elapsed::new(Some(at)).retry_at(), Some(at));
+    /// assert_eq!(Elapsed::new(None).retry_at(), None);
+    /// ```
     pub fn new(retry_at: Option<Instant>) -> Self {
         Self { retry_at }
     }
 
     /// When the limiter would have admitted the caller, if it said.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Elapsed;
+    /// use tower_limits::{DelayLimitLayer, DelayLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = DelayLimiter::new(Duration::from_secs(10))?;
+    /// let layer = DelayLimitLayer::new(limiter).max_wait(Duration::from_secs(1));
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call(1).await?;
+    /// let Err(error) = service.ready().await else {
+    ///     unreachable!("10 s is longer than the maximum wait");
+    /// };
+    /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
+    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_at(&self) -> Option<Instant> {
         self.retry_at
     }
@@ -205,11 +318,51 @@ pub struct Rejected {
 
 impl Rejected {
     /// A rejection that may be retried at `retry_at`.
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// use tower_limits::error::Rejected;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let rejected = Rejected::new(Some(Instant::now() + Duration::from_secs(2)));
+    /// assert_eq!(rejected.to_string(), "rate limited: retry in 2s");
+    /// # }
+    /// ```
     pub fn new(retry_at: Option<Instant>) -> Self {
         Self { retry_at }
     }
 
     /// The earliest instant at which a retry may be admitted, if known.
+    ///
+    /// A server can turn it into a `Retry-After` header.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Rejected;
+    /// use tower_limits::{RateLimitLayer, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter).reject();
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// service.ready().await?.call(1).await?;
+    /// let Err(error) = service.ready().await else {
+    ///     unreachable!("one call a minute");
+    /// };
+    /// let retry_at = error.downcast_ref::<Rejected>().and_then(Rejected::retry_at);
+    /// let retry_after = retry_at.map(|at| at.saturating_duration_since(Instant::now()));
+    /// assert_eq!(retry_after, Some(Duration::from_secs(60)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_at(&self) -> Option<Instant> {
         self.retry_at
     }

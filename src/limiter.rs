@@ -74,6 +74,16 @@ impl<T> Unpin for LimiterFuture<'_, T> {}
 
 impl<'a, T> LimiterFuture<'a, T> {
     /// A future that resolves to `value` on its first poll, without allocating.
+    ///
+    /// ```
+    /// use tower_limits::error::LimiterError;
+    /// use tower_limits::LimiterFuture;
+    ///
+    /// // How an in-memory limiter answers `can_proceed`.
+    /// let answer: LimiterFuture<'_, Result<bool, LimiterError>> = LimiterFuture::ready(Ok(true));
+    /// // Known without polling: layers skip the await.
+    /// assert!(matches!(answer.into_ready(), Ok(Ok(true))));
+    /// ```
     #[inline]
     pub fn ready(value: T) -> Self {
         Self {
@@ -82,6 +92,20 @@ impl<'a, T> LimiterFuture<'a, T> {
     }
 
     /// Boxes an asynchronous computation.
+    ///
+    /// ```
+    /// use tower_limits::error::LimiterError;
+    /// use tower_limits::LimiterFuture;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LimiterError> {
+    /// // A store round trip, say.
+    /// let round_trip = async { Ok::<_, LimiterError>(3_usize) };
+    /// let future = LimiterFuture::new(round_trip);
+    /// assert_eq!(future.await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(future: impl Future<Output = T> + Send + 'a) -> Self {
         Self {
             state: FutureState::Boxed(Box::pin(future)),
@@ -134,8 +158,8 @@ impl<T> fmt::Debug for LimiterFuture<'_, T> {
 
 /// A limiting strategy: the seed's six operations plus an atomic acquire.
 ///
-/// Implement it for your own strategy and it works with [`LimitLayer`]
-/// (crate::LimitLayer) and inside a [`CompositeLimiter`](crate::CompositeLimiter).
+/// Implement it for your own strategy and it works with
+/// [`LimitLayer`](crate::LimitLayer) and inside a [`CompositeLimiter`](crate::CompositeLimiter).
 /// Every operation may be asynchronous (a limiter may keep its state in a
 /// store); in-memory ones return [`LimiterFuture::ready`].
 ///
@@ -203,6 +227,29 @@ pub trait Limiter: Send + Sync + 'static {
     /// No interleaving of concurrent callers can be granted more than the
     /// limit. The returned future must do nothing until it is first polled
     /// (as `async` blocks do): a layer may drop it unpolled.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(10))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let start = Instant::now();
+    /// let Admission::Granted(_permit) = limiter.try_acquire().await? else {
+    ///     unreachable!("the window is empty");
+    /// };
+    /// let Admission::Denied(denial) = limiter.try_acquire().await? else {
+    ///     unreachable!("the window is full");
+    /// };
+    /// // Retry when the first start leaves the window.
+    /// assert_eq!(denial.retry_at(), Some(start + Duration::from_secs(10)));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>>;
 
     /// Whether a call could start now, without recording anything.
@@ -210,26 +257,122 @@ pub trait Limiter: Send + Sync + 'static {
     /// Only a hint: another caller may take the capacity before this one
     /// calls [`record_start`](Limiter::record_start). Use
     /// [`try_acquire`](Limiter::try_acquire) to admit calls.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// assert!(limiter.can_proceed().await?);
+    /// assert!(limiter.can_proceed().await?); // asking records nothing
+    /// assert_eq!(limiter.running(), 0);
+    ///
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>>;
 
     /// Records that a call has started, whether or not the limiter had room.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// limiter.record_start().await?;
+    /// limiter.record_start().await?; // recorded even though the limit is reached
+    /// assert_eq!(limiter.running(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
 
     /// Records that a call recorded with [`record_start`](Limiter::record_start)
     /// has finished, successfully or not.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    /// limiter.record_completion().await?;
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
 
     /// The earliest instant at which a new call could start, as far as the
     /// limiter can tell (a concurrency limit cannot know when a running call
     /// will finish, and reports the time gate only).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{DelayLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = DelayLimiter::new(Duration::from_millis(500))?;
+    /// let now = Instant::now();
+    /// assert_eq!(limiter.next_available_time().await?, now); // free now
+    /// limiter.record_start().await?;
+    /// assert_eq!(limiter.next_available_time().await?, now + Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>>;
 
     /// Imposes a pause: no call starts before `at` (for instance after an
     /// upstream 429 with `Retry-After`). It never shortens a wait the limiter
     /// itself requires.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(10)?;
+    /// let resume = Instant::now() + Duration::from_secs(30); // from `Retry-After`
+    /// limiter.set_next_available_time(resume).await?;
+    /// limiter.set_next_available_time(Instant::now()).await?; // does not shorten it
+    /// assert_eq!(limiter.next_available_time().await?, resume);
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// tokio::time::advance(Duration::from_secs(30)).await;
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>>;
 
     /// Resets the limiter to its initial state.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60)).build()?;
+    /// limiter.record_start().await?; // fills the window and starts a backoff
+    /// limiter.set_next_available_after(Duration::from_secs(3600)).await?;
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// limiter.clear().await?; // forgets the start, the backoff and the pause
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>>;
 
     /// Gives back a permit this limiter granted that was never used: the
@@ -322,6 +465,29 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
 }
 
 /// The answer of [`Limiter::try_acquire`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::{Admission, DelayLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = DelayLimiter::new(Duration::from_secs(1))?;
+/// let start = Instant::now();
+/// match limiter.try_acquire().await? {
+///     Admission::Granted(permit) => drop(permit), // run the call, then drop the permit
+///     Admission::Denied(_) => unreachable!("nothing has started yet"),
+/// }
+/// match limiter.try_acquire().await? {
+///     Admission::Granted(_) => unreachable!("a second has not passed"),
+///     Admission::Denied(denial) => {
+///         assert_eq!(denial.retry_at(), Some(start + Duration::from_secs(1)));
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub enum Admission {
     /// The call may start; drop the permit when it finishes.
@@ -335,6 +501,25 @@ pub enum Admission {
 /// A denial names either an instant ([`Denial::until`]) or a release event
 /// ([`Denial::until_released`]: a running call must finish first). Waiting on
 /// it ([`Denial::wait`]) sleeps exactly that long: no polling interval.
+///
+/// ```
+/// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = ConcurrencyLimiter::new(1)?;
+/// let Admission::Granted(running) = limiter.try_acquire().await? else {
+///     unreachable!("nothing is running yet");
+/// };
+/// let Admission::Denied(denial) = limiter.try_acquire().await? else {
+///     unreachable!("the only slot is taken");
+/// };
+/// drop(running); // the running call completes...
+/// denial.wait().await; // ...which ends the wait
+/// assert!(matches!(limiter.try_acquire().await?, Admission::Granted(_)));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Denial {
     retry_at: Option<Instant>,
@@ -407,6 +592,26 @@ impl Denial {
 
     /// The instant named by the limiter; `None` when the caller must wait for
     /// a running call to complete instead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// let _running = limiter.acquire().await?;
+    /// let Admission::Denied(full) = limiter.try_acquire().await? else { unreachable!() };
+    /// assert_eq!(full.retry_at(), None); // when the running call completes
+    ///
+    /// let resume = Instant::now() + Duration::from_secs(5);
+    /// limiter.set_next_available_time(resume).await?;
+    /// let Admission::Denied(paused) = limiter.try_acquire().await? else { unreachable!() };
+    /// assert_eq!(paused.retry_at(), Some(resume));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_at(&self) -> Option<Instant> {
         self.retry_at
     }
@@ -478,11 +683,44 @@ struct EventInner {
 
 impl ReleaseEvent {
     /// A new event with no listeners.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::timeout;
+    /// use tower_limits::{Denial, ReleaseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let released = ReleaseEvent::new();
+    /// let denial = Denial::until_released(released.listen());
+    /// released.notify();
+    /// assert!(timeout(Duration::from_secs(1), denial.wait()).await.is_ok());
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Registers interest in the next [`notify`](ReleaseEvent::notify).
+    ///
+    /// Only listeners registered before the `notify` are woken by it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::timeout;
+    /// use tower_limits::{Denial, ReleaseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let released = ReleaseEvent::new();
+    /// let early = Denial::until_released(released.listen());
+    /// released.notify();
+    /// let late = Denial::until_released(released.listen());
+    ///
+    /// assert!(timeout(Duration::from_secs(1), early.wait()).await.is_ok());
+    /// assert!(timeout(Duration::from_secs(1), late.wait()).await.is_err());
+    /// # }
+    /// ```
     pub fn listen(&self) -> ReleaseListener {
         // Registered with the event before it is counted: a releaser that
         // sees the count is sure to find the registration.
@@ -510,6 +748,22 @@ impl ReleaseEvent {
     }
 
     /// Wakes every registered listener.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::timeout;
+    /// use tower_limits::{Denial, ReleaseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let released = ReleaseEvent::new();
+    /// let first = Denial::until_released(released.listen());
+    /// let second = Denial::until_released(released.listen());
+    /// released.notify();
+    /// assert!(timeout(Duration::from_secs(1), first.wait()).await.is_ok());
+    /// assert!(timeout(Duration::from_secs(1), second.wait()).await.is_ok());
+    /// # }
+    /// ```
     #[inline]
     pub fn notify(&self) {
         if self.inner.listeners.load(Ordering::SeqCst) > 0 {
@@ -519,6 +773,25 @@ impl ReleaseEvent {
 }
 
 /// A registration made by [`ReleaseEvent::listen`].
+///
+/// Hand it to [`Denial::until_released`] or [`Denial::or_released`]. It
+/// keeps a notification that arrives before anyone waits on it; dropping it
+/// withdraws the registration.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::timeout;
+/// use tower_limits::{Denial, ReleaseEvent, ReleaseListener};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let released = ReleaseEvent::new();
+/// let listener: ReleaseListener = released.listen();
+/// released.notify(); // before anyone waits: the listener keeps it
+/// let denial = Denial::until_released(listener);
+/// assert!(timeout(Duration::from_secs(1), denial.wait()).await.is_ok());
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ReleaseListener {
     listener: EventListener,
@@ -539,13 +812,111 @@ impl Drop for ReleaseListener {
 ///
 /// Both methods take the `Arc` by value, so a limiter whose release is
 /// asynchronous (a store round trip) can move it into a spawned task.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+/// use tower_limits::{Permit, Release};
+///
+/// /// Counts calls in flight.
+/// #[derive(Default)]
+/// struct InFlight(AtomicUsize);
+///
+/// impl Release for InFlight {
+///     fn complete(self: Arc<Self>, _token: u64) {
+///         self.0.fetch_sub(1, SeqCst);
+///     }
+/// }
+///
+/// let in_flight = Arc::new(InFlight::default());
+/// in_flight.0.fetch_add(1, SeqCst); // admit a call...
+/// let permit = Permit::new(in_flight.clone(), 0); // ...and hand out its permit
+/// assert_eq!(in_flight.0.load(SeqCst), 1);
+/// drop(permit); // the call finished
+/// assert_eq!(in_flight.0.load(SeqCst), 0);
+/// ```
 pub trait Release: Send + Sync + 'static {
     /// The permitted call has finished (successfully, with an error, or
     /// because its future was dropped).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use tower_limits::{Permit, Release};
+    ///
+    /// /// Remembers the tokens of finished calls, in order.
+    /// #[derive(Default)]
+    /// struct Finished(Mutex<Vec<u64>>);
+    ///
+    /// impl Release for Finished {
+    ///     fn complete(self: Arc<Self>, token: u64) {
+    ///         self.0.lock().unwrap().push(token);
+    ///     }
+    /// }
+    ///
+    /// let finished = Arc::new(Finished::default());
+    /// let first = Permit::new(finished.clone(), 1);
+    /// let second = Permit::new(finished.clone(), 2);
+    /// drop(second);
+    /// drop(first);
+    /// assert_eq!(*finished.0.lock().unwrap(), [2, 1]);
+    /// ```
     fn complete(self: Arc<Self>, token: u64);
 
     /// The permit was never used: give the capacity back where the strategy
     /// allows. By default the same as [`complete`](Release::complete).
+    ///
+    /// [`Limiter::refund`] calls it for a permit made with [`Permit::new`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::error::LimiterError;
+    /// use tower_limits::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+    ///
+    /// /// A daily quota: finished calls use it up, unused permits give it back.
+    /// struct Quota(AtomicUsize);
+    ///
+    /// impl Release for Quota {
+    ///     fn complete(self: Arc<Self>, _token: u64) {} // the unit is spent
+    ///     fn refund(self: Arc<Self>, _token: u64) {
+    ///         self.0.fetch_add(1, SeqCst);
+    ///     }
+    /// }
+    ///
+    /// struct QuotaLimiter(Arc<Quota>);
+    ///
+    /// impl Limiter for QuotaLimiter {
+    ///     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    ///         let taken = self.0.0.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1));
+    ///         LimiterFuture::ready(Ok(match taken {
+    ///             Ok(_) => Admission::Granted(Permit::new(self.0.clone(), 0)),
+    ///             Err(_) => Admission::Denied(Denial::until(
+    ///                 Instant::now() + Duration::from_secs(86_400),
+    ///             )),
+    ///         }))
+    ///     }
+    ///     // The six other operations are trivial here (hidden).
+    /// #   fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> { LimiterFuture::ready(Ok(self.0.0.load(SeqCst) > 0)) }
+    /// #   fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> { LimiterFuture::ready(Ok(Instant::now())) }
+    /// #   fn set_next_available_time(&self, _at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LimiterError> {
+    /// let limiter = QuotaLimiter(Arc::new(Quota(AtomicUsize::new(2))));
+    /// let Admission::Granted(used) = limiter.try_acquire().await? else { unreachable!() };
+    /// drop(used); // the call ran: 1 left
+    /// let Admission::Granted(unused) = limiter.try_acquire().await? else { unreachable!() };
+    /// limiter.refund(unused); // never used: still 1 left
+    /// assert_eq!(limiter.0.0.load(SeqCst), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn refund(self: Arc<Self>, token: u64) {
         self.complete(token);
     }
@@ -655,6 +1026,13 @@ impl Permit {
     }
 
     /// The token given to [`Permit::new`] or [`Permit::with_token`].
+    ///
+    /// ```
+    /// use tower_limits::Permit;
+    ///
+    /// assert_eq!(Permit::with_token(9).token(), Some(9));
+    /// assert_eq!(Permit::unit().token(), None);
+    /// ```
     #[inline]
     pub fn token(&self) -> Option<u64> {
         match self.kind {
@@ -727,6 +1105,26 @@ pub trait LimiterExt: Limiter {
     /// Cancel safe: dropping the future before it resolves holds no capacity.
     /// Callers are not queued: use a [`LimitLayer`](crate::LimitLayer) for
     /// first-come, first-served admission.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{ConcurrencyLimiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// let first = limiter.acquire().await?;
+    /// let start = Instant::now();
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     drop(first); // the first call finishes after a second
+    /// });
+    /// let _second = limiter.acquire().await?;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn acquire(&self) -> impl Future<Output = Result<Permit, LimiterError>> + Send + '_ {
         async move {
             loop {

@@ -1,4 +1,26 @@
 //! The response future of [`Limit`](super::Limit).
+//!
+//! [`ResponseFuture`] resolves to the inner service's response, with its
+//! error boxed as tower's `BoxError`:
+//!
+//! ```
+//! use std::io;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_limits::error::BoxError> {
+//! let mut service = ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?))
+//!     .service(service_fn(|()| async { Err::<(), _>(io::Error::other("upstream down")) }));
+//!
+//! let Err(error) = service.ready().await?.call(()).await else {
+//!     unreachable!("the inner service always fails");
+//! };
+//! assert!(error.is::<io::Error>());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -13,6 +35,26 @@ use crate::limiter::Permit;
 pin_project! {
     /// Drives the inner service's future and records the call's completion
     /// (drops its [`Permit`]) the moment it finishes, fails or is dropped.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::future::pending;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// let mut service = ConcurrencyLimitLayer::new(limiter.clone())
+    ///     .layer(service_fn(|()| pending::<Result<(), Infallible>>()));
+    ///
+    /// let response = service.ready().await?.call(()); // a call that never ends
+    /// assert_eq!(limiter.running(), 1);
+    /// drop(response); // cancelled: the slot is released
+    /// assert_eq!(limiter.running(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,

@@ -38,6 +38,27 @@ pub struct LimitLayer<L> {
 
 impl<L> LimitLayer<L> {
     /// A layer that waits for `limiter`'s admission, without bound.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{DelayLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = LimitLayer::new(DelayLimiter::new(Duration::from_secs(1))?);
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = tokio::time::Instant::now();
+    /// for n in 0..3 {
+    ///     assert_eq!(service.ready().await?.call(n).await?, n);
+    /// }
+    /// // The second and third calls waited a second each.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(limiter: L) -> Self {
         Self {
             limiter,
@@ -51,11 +72,25 @@ impl<L> LimitLayer<L> {
     /// without bound (seed 004's queue overflow). 0 means never wait.
     ///
     /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Overloaded;
     /// use tower_limits::{ConcurrencyLimiter, LimitLayer};
     ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?).max_waiting(1_000);
-    /// # let _ = layer;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(0);
+    /// let mut first = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// let mut second = first.clone();
+    ///
+    /// first.ready().await?; // takes the only slot
+    /// let Err(error) = second.ready().await else {
+    ///     unreachable!("the slot is taken and nobody may wait");
+    /// };
+    /// assert!(error.is::<Overloaded>());
+    ///
+    /// first.call(1).await?; // the slot is free again
+    /// assert_eq!(second.ready().await?.call(2).await?, 2);
     /// # Ok(())
     /// # }
     /// ```
@@ -69,12 +104,26 @@ impl<L> LimitLayer<L> {
     /// names an instant past that deadline.
     ///
     /// ```
+    /// use std::convert::Infallible;
     /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Elapsed;
     /// use tower_limits::{DelayLimiter, LimitLayer};
     ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = LimitLayer::new(DelayLimiter::default()).max_wait(Duration::from_secs(5));
-    /// # let _ = layer;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = DelayLimiter::new(Duration::from_secs(10))?;
+    /// let layer = LimitLayer::new(limiter).max_wait(Duration::from_secs(5));
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// service.ready().await?.call(1).await?;
+    /// let start = Instant::now();
+    /// let Err(error) = service.ready().await else {
+    ///     unreachable!("the next start is 10 s away");
+    /// };
+    /// assert!(error.is::<Elapsed>());
+    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
     /// # Ok(())
     /// # }
     /// ```
@@ -88,13 +137,28 @@ impl<L> LimitLayer<L> {
     /// which to retry. For servers that shed load instead of queueing.
     ///
     /// ```
+    /// use std::convert::Infallible;
     /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Rejected;
     /// use tower_limits::{LimitLayer, RateLimiter};
     ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(1)).without_backoff().build()?;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
     /// let layer = LimitLayer::new(limiter).reject();
-    /// # let _ = layer;
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// service.ready().await?.call(1).await?;
+    /// let Err(error) = service.ready().await else {
+    ///     unreachable!("one call a second");
+    /// };
+    /// assert!(error.is::<Rejected>());
+    ///
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
     /// # Ok(())
     /// # }
     /// ```
@@ -103,7 +167,26 @@ impl<L> LimitLayer<L> {
         self
     }
 
-    /// The limiter.
+    /// The limiter, shared with every service the layer builds.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?);
+    /// assert_eq!(layer.limiter().max_concurrent(), 4);
+    ///
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// let ready = service.ready().await?; // reserves a slot
+    /// assert_eq!(layer.limiter().running(), 1);
+    /// ready.call(1).await?;
+    /// assert_eq!(layer.limiter().running(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn limiter(&self) -> &L {
         &self.limiter
     }

@@ -83,31 +83,95 @@ pub(crate) struct Options {
 }
 
 /// A layer applying a [`ConcurrencyLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
 pub type ConcurrencyLimitLayer = LimitLayer<ConcurrencyLimiter>;
 /// A service limited by a [`ConcurrencyLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
 pub type ConcurrencyLimit<S> = Limit<S, ConcurrencyLimiter>;
 
 /// A layer applying a sliding-window [`RateLimiter`].
+///
+/// The aliases name [`LimitLayer`] with one limiter; every layer alias of
+/// this module works the same way.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::error::ConfigError;
+/// use tower_limits::{RateLimitLayer, RateLimiter};
+///
+/// fn per_second(name: &str, max: usize) -> Result<RateLimitLayer, ConfigError> {
+///     let limiter = RateLimiter::builder(name, max, Duration::from_secs(1)).build()?;
+///     Ok(RateLimitLayer::new(limiter))
+/// }
+///
+/// # fn main() -> Result<(), ConfigError> {
+/// let layer = per_second("search", 5)?;
+/// assert_eq!(layer.limiter().name(), "search");
+/// assert_eq!(layer.limiter().policy().max_executions(), 5);
+/// # Ok(())
+/// # }
+/// ```
 pub type RateLimitLayer<Store = MemoryStore> = LimitLayer<RateLimiter<Store>>;
 /// A service limited by a sliding-window [`RateLimiter`].
+///
+/// The aliases name [`Limit`] with one limiter, for signatures and fields;
+/// every service alias of this module works the same way.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::{RateLimit, RateLimitLayer, RateLimiter};
+///
+/// fn limited<S>(inner: S, limiter: RateLimiter) -> RateLimit<S> {
+///     RateLimitLayer::new(limiter).layer(inner)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
+/// let mut service = limited(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }), limiter);
+/// assert_eq!(service.ready().await?.call(7).await?, 7);
+/// assert_eq!(service.limiter().name(), "api");
+/// # Ok(())
+/// # }
+/// ```
 pub type RateLimit<S, Store = MemoryStore> = Limit<S, RateLimiter<Store>>;
 
 /// A layer applying a [`DelayLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
 pub type DelayLimitLayer = LimitLayer<DelayLimiter>;
 /// A service limited by a [`DelayLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
 pub type DelayLimit<S> = Limit<S, DelayLimiter>;
 
 /// A layer applying an [`EvenlySpacedRateLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
 pub type EvenlySpacedRateLimitLayer = LimitLayer<EvenlySpacedRateLimiter>;
 /// A service limited by an [`EvenlySpacedRateLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
 pub type EvenlySpacedRateLimit<S> = Limit<S, EvenlySpacedRateLimiter>;
 
 /// A layer applying a [`CompositeLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
 pub type CompositeLimitLayer = LimitLayer<CompositeLimiter>;
 /// A service limited by a [`CompositeLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
 pub type CompositeLimit<S> = Limit<S, CompositeLimiter>;
 
 /// A layer applying the [`NullLimiter`] (no limit; a placeholder in stacks).
+///
+/// Used like [`RateLimitLayer`], which has an example.
 pub type NullLimitLayer = LimitLayer<NullLimiter>;
 /// A service under the [`NullLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
 pub type NullLimit<S> = Limit<S, NullLimiter>;

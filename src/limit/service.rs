@@ -33,6 +33,32 @@ type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>
 ///
 /// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the
 /// last `call`, as tower's own limit services do.
+///
+/// # Example
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::error::Rejected;
+/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?).reject();
+/// let mut first = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
+/// let mut second = first.clone();
+///
+/// first.ready().await?; // reserves the only slot, for both clones
+/// let Err(error) = second.ready().await else {
+///     unreachable!("the clones share one limit");
+/// };
+/// assert!(error.is::<Rejected>());
+///
+/// assert_eq!(first.call(21).await?, 42); // completes and frees the slot
+/// assert_eq!(second.ready().await?.call(1).await?, 2);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Limit<S, L: Limiter> {
     inner: S,
     limiter: L,
@@ -60,16 +86,70 @@ impl<S, L: Limiter> Limit<S, L> {
     }
 
     /// The inner service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// struct Client {
+    ///     base_url: &'static str,
+    /// }
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?);
+    /// let service = layer.layer(Client { base_url: "https://api.example.com" });
+    /// assert_eq!(service.get_ref().base_url, "https://api.example.com");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// struct Client {
+    ///     base_url: &'static str,
+    /// }
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?);
+    /// let mut service = layer.layer(Client { base_url: "https://api.example.com" });
+    /// service.get_mut().base_url = "https://eu.api.example.com";
+    /// assert_eq!(service.get_ref().base_url, "https://eu.api.example.com");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// The limiter.
+    /// The limiter, shared with the layer and every clone of this service.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(1)).build()?;
+    /// let mut service = RateLimitLayer::new(limiter)
+    ///     .layer(service_fn(|status: u16| async move { Ok::<_, Infallible>(status) }));
+    ///
+    /// if service.ready().await?.call(429).await? == 429 {
+    ///     // Upstream said "Too Many Requests, retry after 30 s": pause every clone.
+    ///     service.limiter().set_next_available_after(Duration::from_secs(30)).await?;
+    /// }
+    /// assert!(!service.limiter().can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn limiter(&self) -> &L {
         &self.limiter
     }

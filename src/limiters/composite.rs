@@ -47,11 +47,43 @@ pub struct CompositeLimiter {
 
 impl CompositeLimiter {
     /// A composite with no parts (it admits everything until parts are added).
+    ///
+    /// ```
+    /// use tower_limits::{Admission, CompositeLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {
+    /// let composite = CompositeLimiter::new();
+    /// assert!(composite.is_empty());
+    /// assert!(matches!(composite.try_acquire().await?, Admission::Granted(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Adds `limiter` as the last part; for building in one expression.
+    ///
+    /// The part is shared with `limiter`'s clones, so a handle kept outside
+    /// sees what the composite admits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{CompositeLimiter, ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let concurrency = ConcurrencyLimiter::new(1)?;
+    /// let composite = CompositeLimiter::new()
+    ///     .with(concurrency.clone())
+    ///     .with(DelayLimiter::new(Duration::from_millis(100))?);
+    /// let _permit = composite.acquire().await?;
+    /// assert_eq!(concurrency.running(), 1);
+    /// assert!(!composite.can_proceed().await?); // both parts are now closed
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn with(self, limiter: impl Limiter) -> Self {
         self.add_limiter(limiter);
@@ -81,11 +113,29 @@ impl CompositeLimiter {
     }
 
     /// How many parts there are.
+    ///
+    /// ```
+    /// use tower_limits::{CompositeLimiter, NullLimiter};
+    ///
+    /// let composite = CompositeLimiter::new().with(NullLimiter).with(NullLimiter);
+    /// assert_eq!(composite.len(), 2);
+    /// assert_eq!(composite.clone().with(NullLimiter).len(), 3);
+    /// assert_eq!(composite.len(), 3); // clones share the list
+    /// ```
     pub fn len(&self) -> usize {
         self.snapshot().len()
     }
 
     /// Whether there are no parts.
+    ///
+    /// ```
+    /// use tower_limits::{CompositeLimiter, NullLimiter};
+    ///
+    /// let composite = CompositeLimiter::new();
+    /// assert!(composite.is_empty());
+    /// composite.add_limiter(NullLimiter);
+    /// assert!(!composite.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.snapshot().is_empty()
     }

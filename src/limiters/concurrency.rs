@@ -55,6 +55,19 @@ impl ConcurrencyLimiter {
     /// # Errors
     ///
     /// [`ConfigError`] if `max_concurrent` is 0.
+    ///
+    /// ```
+    /// use tower_limits::ConcurrencyLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = ConcurrencyLimiter::new(8)?;
+    /// assert_eq!(limiter.max_concurrent(), 8);
+    ///
+    /// let error = ConcurrencyLimiter::new(0).unwrap_err();
+    /// assert_eq!(error.field(), "max_concurrent");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(max_concurrent: usize) -> Result<Self, ConfigError> {
         if max_concurrent == 0 {
             return Err(ConfigError::new(
@@ -67,6 +80,23 @@ impl ConcurrencyLimiter {
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    ///
+    /// Call it before handing out clones: the limiter it returns shares no
+    /// state with them.
+    ///
+    /// ```
+    /// use tower_limits::{Clock, ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(2)?;
+    /// limiter.record_start().await?;
+    /// let limiter = limiter.with_clock(Clock::fast());
+    /// assert_eq!(limiter.max_concurrent(), 2); // same configuration
+    /// assert_eq!(limiter.running(), 0); // fresh state
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
         Self::build(self.state.max_concurrent, clock)
     }
@@ -84,11 +114,37 @@ impl ConcurrencyLimiter {
     }
 
     /// The configured maximum.
+    ///
+    /// ```
+    /// use tower_limits::ConcurrencyLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = ConcurrencyLimiter::new(4)?;
+    /// assert_eq!(limiter.max_concurrent(), 4);
+    /// assert_eq!(limiter.clone().max_concurrent(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_concurrent(&self) -> usize {
         self.state.max_concurrent
     }
 
     /// How many calls are running now.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(4)?;
+    /// let first = limiter.acquire().await?;
+    /// let _second = limiter.clone().acquire().await?; // clones share the count
+    /// assert_eq!(limiter.running(), 2);
+    /// drop(first);
+    /// assert_eq!(limiter.running(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn running(&self) -> usize {
         self.state.running.load(Ordering::Acquire)
     }

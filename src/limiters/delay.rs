@@ -60,6 +60,20 @@ impl DelayLimiter {
     /// # Errors
     ///
     /// [`ConfigError`] if `delay` is zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::DelayLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = DelayLimiter::new(Duration::from_millis(250))?;
+    /// assert_eq!(limiter.delay(), Duration::from_millis(250));
+    ///
+    /// let error = DelayLimiter::new(Duration::ZERO).unwrap_err();
+    /// assert_eq!(error.field(), "delay");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(delay: Duration) -> Result<Self, ConfigError> {
         if delay.is_zero() {
             return Err(ConfigError::new("delay", delay, "must be longer than zero"));
@@ -68,6 +82,26 @@ impl DelayLimiter {
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    ///
+    /// Call it before handing out clones: the limiter it returns shares no
+    /// state with them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, DelayLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = DelayLimiter::new(Duration::from_secs(60))?;
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// let limiter = limiter.with_clock(Clock::fast());
+    /// assert_eq!(limiter.delay(), Duration::from_secs(60)); // same configuration
+    /// assert!(limiter.can_proceed().await?); // fresh state
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
         Self::build(self.state.delay, clock)
     }
@@ -84,6 +118,17 @@ impl DelayLimiter {
     }
 
     /// The configured delay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::DelayLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// assert_eq!(DelayLimiter::new(Duration::from_secs(2))?.delay(), Duration::from_secs(2));
+    /// assert_eq!(DelayLimiter::default().delay(), Duration::from_millis(50));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn delay(&self) -> Duration {
         Duration::from_nanos(self.state.delay)
     }

@@ -74,6 +74,20 @@ impl EvenlySpacedRateLimiter {
     /// # Errors
     ///
     /// [`ConfigError`] if `max_executions` is 0 or `window` is zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::EvenlySpacedRateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.interval(), Duration::from_millis(100));
+    ///
+    /// let error = EvenlySpacedRateLimiter::new(10, Duration::ZERO).unwrap_err();
+    /// assert_eq!(error.field(), "window");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(max_executions: usize, window: Duration) -> Result<Self, ConfigError> {
         if max_executions == 0 {
             return Err(ConfigError::new(
@@ -97,6 +111,26 @@ impl EvenlySpacedRateLimiter {
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    ///
+    /// Call it before handing out clones: the limiter it returns shares no
+    /// state with them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, EvenlySpacedRateLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = EvenlySpacedRateLimiter::new(1, Duration::from_secs(60))?;
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// let limiter = limiter.with_clock(Clock::fast());
+    /// assert_eq!(limiter.interval(), Duration::from_secs(60)); // same configuration
+    /// assert!(limiter.can_proceed().await?); // fresh state
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
         Self::build(self.state.max_executions, self.state.window, clock)
     }
@@ -116,6 +150,21 @@ impl EvenlySpacedRateLimiter {
     }
 
     /// The ideal interval between starts, `window / max_executions`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::EvenlySpacedRateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// // 60 a minute: one a second.
+    /// let limiter = EvenlySpacedRateLimiter::new(60, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.interval(), Duration::from_secs(1));
+    /// // Rounded down to the nanosecond.
+    /// let limiter = EvenlySpacedRateLimiter::new(3, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.interval(), Duration::from_nanos(333_333_333));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn interval(&self) -> Duration {
         Duration::from_nanos(self.state.interval)
     }

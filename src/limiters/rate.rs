@@ -144,16 +144,65 @@ const DEFAULT_BACKOFF: Backoff = Backoff {
 
 impl<S: RateLimiterStore> RateLimiter<S> {
     /// The limit's name (its key in the store).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("payments-api", 10, Duration::from_secs(1)).build()?;
+    /// assert_eq!(limiter.name(), "payments-api");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.shared.name
     }
 
     /// The validated policy.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(60))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let policy = limiter.policy();
+    /// assert_eq!(policy.max_executions(), 100);
+    /// assert_eq!(policy.window(), Duration::from_secs(60));
+    /// assert!(policy.backoff().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn policy(&self) -> &WindowPolicy {
         &self.shared.policy
     }
 
     /// The store behind this limiter.
+    ///
+    /// Through it the limiter's window can be inspected with the
+    /// [`RateLimiterStore`] operations.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::RateLimiterStore;
+    /// use tower_limits::{LimiterExt, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// drop(limiter.acquire().await?);
+    /// drop(limiter.acquire().await?);
+    ///
+    /// let store = limiter.store();
+    /// let key = store.key(limiter.name());
+    /// let window = limiter.policy().window();
+    /// assert_eq!(store.execution_count(&key, window).await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn store(&self) -> &S {
         &self.shared.store
     }
@@ -280,6 +329,27 @@ impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
 }
 
 /// Configures a [`RateLimiter`]; made by [`RateLimiter::builder`].
+///
+/// Every setting has a default but the name, the limit and the window;
+/// [`build`](RateLimiterBuilder::build) validates them all.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::MemoryStore;
+/// use tower_limits::RateLimiter;
+///
+/// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+/// let limiter = RateLimiter::builder("search", 30, Duration::from_secs(60))
+///     .store(MemoryStore::new())
+///     .initial_backoff(Duration::from_millis(500))
+///     .max_backoff(Duration::from_secs(30))
+///     .build()?;
+/// let backoff = limiter.policy().backoff().copied();
+/// assert_eq!(backoff.map(|b| b.initial()), Some(Duration::from_millis(500)));
+/// assert_eq!(backoff.map(|b| b.multiplier()), Some(2.0)); // the default
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 #[must_use = "call `build` to get a limiter"]
 pub struct RateLimiterBuilder<S> {
@@ -310,6 +380,28 @@ impl RateLimiterBuilder<MemoryStore> {
 
 impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// Keeps the window in `store` instead of a fresh [`MemoryStore`].
+    ///
+    /// Limiters with the same name on the same store share one window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    /// use tower_limits::{Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let limiter = RateLimiter::builder("emails", 10, Duration::from_secs(60))
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// limiter.record_start().await?;
+    ///
+    /// // The start is in the store handed to the builder.
+    /// let key = store.key("emails");
+    /// assert_eq!(store.execution_count(&key, Duration::from_secs(60)).await?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn store<T: RateLimiterStore>(self, store: T) -> RateLimiterBuilder<T> {
         RateLimiterBuilder {
             name: self.name,
@@ -321,24 +413,113 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     }
 
     /// The first backoff delay before escalation (default 1 s).
+    ///
+    /// The first backoff applied is this delay escalated once (see
+    /// [`Backoff`]). Calling it after
+    /// [`without_backoff`](RateLimiterBuilder::without_backoff) turns the
+    /// backoff back on, with the other settings at their defaults.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .initial_backoff(Duration::from_secs(5))
+    ///     .build()?;
+    /// let initial = limiter.policy().backoff().map(|backoff| backoff.initial());
+    /// assert_eq!(initial, Some(Duration::from_secs(5)));
+    ///
+    /// let error = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .initial_backoff(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(error.field(), "initial_backoff");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn initial_backoff(mut self, delay: Duration) -> Self {
         self.backoff_mut().initial = delay;
         self
     }
 
     /// The factor applied on each escalation (default 2).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .backoff_multiplier(1.5)
+    ///     .build()?;
+    /// let multiplier = limiter.policy().backoff().map(|backoff| backoff.multiplier());
+    /// assert_eq!(multiplier, Some(1.5));
+    ///
+    /// // A multiplier below 1 would shrink the backoff.
+    /// let error = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .backoff_multiplier(0.5)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(error.field(), "backoff_multiplier");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
         self.backoff_mut().multiplier = multiplier;
         self
     }
 
     /// The cap on the backoff delay (default 10 minutes).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .max_backoff(Duration::from_secs(30))
+    ///     .build()?;
+    /// let max = limiter.policy().backoff().map(|backoff| backoff.max());
+    /// assert_eq!(max, Some(Duration::from_secs(30)));
+    ///
+    /// // The cap may not be below the initial delay (1 s by default).
+    /// let error = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .max_backoff(Duration::from_millis(10))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(error.field(), "max_backoff");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_backoff(mut self, delay: Duration) -> Self {
         self.backoff_mut().max = delay;
         self
     }
 
     /// No backoff: a full window waits only until its oldest start leaves it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{LimiterExt, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// assert!(limiter.policy().backoff().is_none());
+    ///
+    /// let start = Instant::now();
+    /// for _ in 0..3 {
+    ///     drop(limiter.acquire().await?);
+    /// }
+    /// // Exactly one a second.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn without_backoff(mut self) -> Self {
         self.backoff = None;
         self
@@ -355,6 +536,22 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// [`ConfigError`] naming the field if `max_executions` is 0, `window` is
     /// zero, or the backoff has a zero initial delay, a multiplier that is
     /// not a finite number of at least 1, or a cap below the initial delay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 5, Duration::from_secs(1)).build()?;
+    /// assert_eq!(limiter.policy().max_executions(), 5);
+    ///
+    /// let error = RateLimiter::builder("api", 0, Duration::from_secs(1)).build().unwrap_err();
+    /// assert_eq!(error.field(), "max_executions");
+    /// let error = RateLimiter::builder("api", 5, Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(error.field(), "window");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn build(self) -> Result<RateLimiter<S>, ConfigError> {
         let policy = WindowPolicy {
             max_executions: self.max_executions,

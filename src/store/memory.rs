@@ -42,7 +42,28 @@ struct Inner {
     windows: Mutex<HashMap<String, MemoryKey>>,
 }
 
-/// A named window in a [`MemoryStore`].
+/// A named window in a [`MemoryStore`], made by
+/// [`RateLimiterStore::key`]. Keys for the same name refer to the same window.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::RateLimiter;
+/// use tower_limits::store::{MemoryKey, MemoryStore, RateLimiterStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+/// let policy = limiter.policy();
+/// let store = MemoryStore::new();
+///
+/// let first: MemoryKey = store.key("api");
+/// let again: MemoryKey = store.key("api");
+/// store.record_execution(&first, policy, 0.0).await?;
+/// assert_eq!(store.execution_count(&again, policy.window()).await?, 1);
+/// assert_eq!(store.execution_count(&store.key("other"), policy.window()).await?, 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct MemoryKey(Arc<Mutex<SlidingLog>>);
 
@@ -73,11 +94,47 @@ struct Escalation {
 
 impl MemoryStore {
     /// An empty store reading the default [`Clock`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {
+    /// let store = MemoryStore::new();
+    /// let key = store.key("api");
+    /// assert_eq!(store.execution_count(&key, Duration::from_secs(60)).await?, 0);
+    /// assert_eq!(store.next_available(&key).await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The same store reading `clock`; windows start empty.
+    ///
+    /// Call it before handing out clones: the store it returns shares no
+    /// windows with them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::Clock;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// let policy = limiter.policy();
+    ///
+    /// let store = MemoryStore::new();
+    /// store.record_execution(&store.key("api"), policy, 0.0).await?;
+    /// let fast = store.with_clock(Clock::fast());
+    /// assert_eq!(fast.execution_count(&fast.key("api"), policy.window()).await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
         Self {
             inner: Arc::new(Inner {

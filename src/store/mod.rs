@@ -13,6 +13,31 @@
 //! clock skew between machines never enters a decision.
 //!
 //! [`MemoryStore`] is the default and needs no server.
+//!
+//! # Example
+//!
+//! Two limiters with the same name on one store hold one limit:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_limits::store::MemoryStore;
+//! use tower_limits::{Limiter, LimiterExt, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! let worker_a = RateLimiter::builder("crm-api", 1, Duration::from_secs(60))
+//!     .store(store.clone())
+//!     .build()?;
+//! let worker_b = RateLimiter::builder("crm-api", 1, Duration::from_secs(60))
+//!     .store(store.clone())
+//!     .build()?;
+//!
+//! drop(worker_a.acquire().await?);
+//! assert!(!worker_b.can_proceed().await?); // worker A used the shared quota
+//! # Ok(())
+//! # }
+//! ```
 
 mod memory;
 
@@ -29,17 +54,97 @@ pub use memory::{MemoryKey, MemoryStore};
 ///
 /// Each method acts on one key (a named limit) in one atomic step. The
 /// in-memory implementation is [`MemoryStore`].
+///
+/// [`RateLimiter`](crate::RateLimiter) is the usual caller; the store can
+/// also be used directly, with a policy taken from a built limiter:
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::RateLimiter;
+/// use tower_limits::store::{MemoryStore, RateLimiterStore, WindowDecision};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("reports", 1, Duration::from_secs(10))
+///     .without_backoff()
+///     .build()?;
+/// let policy = limiter.policy();
+///
+/// let store = MemoryStore::new();
+/// let key = store.key("reports");
+/// let start = Instant::now();
+/// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 0.0).await? else {
+///     unreachable!("the window is empty");
+/// };
+/// let retry_at = start + Duration::from_secs(10);
+/// assert_eq!(store.acquire(&key, policy, 0.0).await?, WindowDecision::Denied { retry_at });
+///
+/// store.refund(&key, policy, ticket).await?; // the start never happened
+/// assert_eq!(store.execution_count(&key, policy.window()).await?, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub trait RateLimiterStore: Send + Sync + 'static {
     /// A key prepared for this store (hashed, namespaced, or resolved to
     /// its state), made once per limiter by [`key`](RateLimiterStore::key).
+    ///
+    /// ```
+    /// use tower_limits::store::{MemoryKey, MemoryStore, RateLimiterStore};
+    ///
+    /// /// Prepares the keys of several limits at once, for any store.
+    /// fn keys<S: RateLimiterStore>(store: &S, names: &[&str]) -> Vec<S::Key> {
+    ///     names.iter().map(|name| store.key(name)).collect()
+    /// }
+    ///
+    /// let keys: Vec<MemoryKey> = keys(&MemoryStore::new(), &["search", "upload"]);
+    /// assert_eq!(keys.len(), 2);
+    /// ```
     type Key: Send + Sync + 'static;
 
     /// Prepares the key for the limit called `name`. Limiters with the same
     /// name on the same store share one window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    /// use tower_limits::{Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let limiter = RateLimiter::builder("geocoder", 10, Duration::from_secs(1))
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// limiter.record_start().await?;
+    ///
+    /// let window = Duration::from_secs(1);
+    /// assert_eq!(store.execution_count(&store.key("geocoder"), window).await?, 1);
+    /// assert_eq!(store.execution_count(&store.key("other"), window).await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn key(&self, name: &str) -> Self::Key;
 
     /// Creates whatever the store needs (tables, scripts); the seed's
     /// `setupDatabase`. Idempotent.
+    ///
+    /// Run it once at start-up, before the first limiter uses the store.
+    /// [`MemoryStore`] needs nothing set up.
+    ///
+    /// ```
+    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {
+    /// let store = MemoryStore::new();
+    /// store.setup().await?;
+    /// store.setup().await?; // idempotent
+    /// let window = std::time::Duration::from_secs(1);
+    /// assert_eq!(store.execution_count(&store.key("api"), window).await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::ready(Ok(()))
     }
@@ -49,6 +154,29 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// otherwise records a start, resets the backoff, and, if the window is
     /// now full, applies the policy's backoff (see [`Backoff`]) using
     /// `jitter` (uniform in `[0, 1)`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::{RateLimiterStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One start per second; default backoff: 1 s initial, ×2.
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1)).build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    ///
+    /// let start = Instant::now();
+    /// let granted = store.acquire(&key, policy, 0.5).await?;
+    /// assert!(matches!(granted, WindowDecision::Granted { .. }));
+    /// // That start filled the window: a 2 s backoff, stretched by jitter 0.5 to 3 s.
+    /// let retry_at = start + Duration::from_secs(3);
+    /// assert_eq!(store.acquire(&key, policy, 0.5).await?, WindowDecision::Denied { retry_at });
+    /// # Ok(())
+    /// # }
+    /// ```
     fn acquire<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -58,6 +186,26 @@ pub trait RateLimiterStore: Send + Sync + 'static {
 
     /// Records a start whether or not the window had room, then applies the
     /// backoff if the window is full (the seed's `recordJobStart`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    ///
+    /// store.record_execution(&key, policy, 0.0).await?;
+    /// store.record_execution(&key, policy, 0.0).await?; // over the limit, still recorded
+    /// assert_eq!(store.execution_count(&key, policy.window()).await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn record_execution<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -68,6 +216,28 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// Erases the start recorded with `ticket`. If the window is then no
     /// longer full, the last backoff (set because it was full) is undone,
     /// unless a pause was set from outside since.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::{RateLimiterStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1)).build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    ///
+    /// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 0.0).await? else {
+    ///     unreachable!("the window is empty");
+    /// };
+    /// assert!(store.peek(&key, policy).await?.is_some()); // full, backing off
+    ///
+    /// store.refund(&key, policy, ticket).await?;
+    /// assert_eq!(store.peek(&key, policy).await?, None); // start and backoff undone
+    /// # Ok(())
+    /// # }
+    /// ```
     fn refund<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -78,6 +248,31 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// The atomic peek: `None` if [`acquire`](RateLimiterStore::acquire)
     /// would grant now, otherwise the instant it names (the later of the
     /// pause and the full window freeing a place). Records nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(10))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    /// assert_eq!(store.peek(&key, policy).await?, None); // would grant now
+    ///
+    /// let start = Instant::now();
+    /// limiter.record_start().await?;
+    /// let frees_at = start + Duration::from_secs(10);
+    /// assert_eq!(store.peek(&key, policy).await?, Some(frees_at));
+    /// // Peeking recorded nothing.
+    /// assert_eq!(store.execution_count(&key, policy.window()).await?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn peek<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -85,6 +280,26 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
     /// How many starts fall within the last `window`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// let store = limiter.store();
+    /// let key = store.key(limiter.name());
+    ///
+    /// limiter.record_start().await?;
+    /// tokio::time::advance(Duration::from_secs(5)).await;
+    /// limiter.record_start().await?;
+    /// assert_eq!(store.execution_count(&key, Duration::from_secs(60)).await?, 2);
+    /// assert_eq!(store.execution_count(&key, Duration::from_secs(2)).await?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn execution_count<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -93,6 +308,40 @@ pub trait RateLimiterStore: Send + Sync + 'static {
 
     /// Among the starts within the last `window`, oldest first, the one at
     /// position `offset`, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// let store = limiter.store();
+    /// let key = store.key(limiter.name());
+    ///
+    /// let start = Instant::now();
+    /// for _ in 0..3 {
+    ///     limiter.record_start().await?; // at 0 s, 1 s and 2 s
+    ///     tokio::time::advance(Duration::from_secs(1)).await;
+    /// }
+    /// let minute = Duration::from_secs(60);
+    /// let second = Duration::from_secs(1);
+    /// assert_eq!(store.oldest_execution_at_offset(&key, minute, 0).await?, Some(start));
+    /// assert_eq!(
+    ///     store.oldest_execution_at_offset(&key, minute, 2).await?,
+    ///     Some(start + 2 * second)
+    /// );
+    /// assert_eq!(store.oldest_execution_at_offset(&key, minute, 3).await?, None);
+    /// // Within the last 2 s (now is 3 s) only the start at 2 s remains.
+    /// assert_eq!(
+    ///     store.oldest_execution_at_offset(&key, 2 * second, 0).await?,
+    ///     Some(start + 2 * second)
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
     fn oldest_execution_at_offset<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -101,12 +350,55 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
     /// The end of the pause in force, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// let store = limiter.store();
+    /// let key = store.key(limiter.name());
+    /// assert_eq!(store.next_available(&key).await?, None);
+    ///
+    /// let resume = Instant::now() + Duration::from_secs(30);
+    /// limiter.set_next_available_time(resume).await?;
+    /// assert_eq!(store.next_available(&key).await?, Some(resume));
+    ///
+    /// tokio::time::advance(Duration::from_secs(30)).await;
+    /// assert_eq!(store.next_available(&key).await?, None); // the pause is over
+    /// # Ok(())
+    /// # }
+    /// ```
     fn next_available<'a>(
         &'a self,
         key: &'a Self::Key,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
     /// Extends the pause to `at`; never shortens it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(60)).build()?;
+    /// let store = limiter.store();
+    /// let key = store.key(limiter.name());
+    ///
+    /// let now = Instant::now();
+    /// store.set_next_available(&key, now + Duration::from_secs(30)).await?;
+    /// store.set_next_available(&key, now + Duration::from_secs(10)).await?; // ignored
+    /// assert_eq!(store.next_available(&key).await?, Some(now + Duration::from_secs(30)));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn set_next_available<'a>(
         &'a self,
         key: &'a Self::Key,
@@ -114,10 +406,56 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
     /// Forgets every start, the pause and the backoff of `key`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60)).build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    /// limiter.record_start().await?; // fills the window and backs off
+    /// assert!(store.next_available(&key).await?.is_some());
+    ///
+    /// store.clear(&key).await?;
+    /// assert_eq!(store.execution_count(&key, policy.window()).await?, 0);
+    /// assert_eq!(store.next_available(&key).await?, None);
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn clear<'a>(&'a self, key: &'a Self::Key) -> LimiterFuture<'a, Result<(), LimiterError>>;
 }
 
 /// A store's answer to [`RateLimiterStore::acquire`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::RateLimiter;
+/// use tower_limits::store::{RateLimiterStore, WindowDecision};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
+///     .without_backoff()
+///     .build()?;
+/// let (store, policy) = (limiter.store(), limiter.policy());
+/// let key = store.key(limiter.name());
+///
+/// let start = Instant::now();
+/// let describe = |decision| match decision {
+///     WindowDecision::Granted { .. } => "granted".to_owned(),
+///     WindowDecision::Denied { retry_at } => format!("retry in {:?}", retry_at - start),
+/// };
+/// assert_eq!(describe(store.acquire(&key, policy, 0.0).await?), "granted");
+/// assert_eq!(describe(store.acquire(&key, policy, 0.0).await?), "retry in 60s");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WindowDecision {
     /// A start was recorded; `ticket` identifies it for
@@ -136,6 +474,20 @@ pub enum WindowDecision {
 /// The rules of a sliding window: at most `max_executions` starts in any
 /// `window`, with an optional [`Backoff`]. Built by
 /// [`RateLimiter::builder`](crate::RateLimiter::builder), which validates it.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::RateLimiter;
+///
+/// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+/// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(60)).build()?;
+/// let policy = limiter.policy();
+/// assert_eq!(policy.max_executions(), 100);
+/// assert_eq!(policy.window(), Duration::from_secs(60));
+/// assert!(policy.backoff().is_some()); // on by default
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WindowPolicy {
     pub(crate) max_executions: usize,
@@ -145,16 +497,55 @@ pub struct WindowPolicy {
 
 impl WindowPolicy {
     /// Most starts in any window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 25, Duration::from_secs(1)).build()?;
+    /// assert_eq!(limiter.policy().max_executions(), 25);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_executions(&self) -> usize {
         self.max_executions
     }
 
     /// The window's length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 25, Duration::from_secs(3600)).build()?;
+    /// assert_eq!(limiter.policy().window(), Duration::from_secs(3600));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn window(&self) -> Duration {
         self.window
     }
 
     /// The backoff applied when the window fills, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let with = RateLimiter::builder("api", 25, Duration::from_secs(1)).build()?;
+    /// let max = with.policy().backoff().map(|backoff| backoff.max());
+    /// assert_eq!(max, Some(Duration::from_secs(600)));
+    ///
+    /// let without = RateLimiter::builder("api", 25, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// assert!(without.policy().backoff().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn backoff(&self) -> Option<&Backoff> {
         self.backoff.as_ref()
     }
@@ -171,6 +562,32 @@ impl WindowPolicy {
 ///
 /// `current` starts at `initial` and returns to it whenever a call is
 /// admitted; starts recorded while the window is already full escalate it.
+/// The first backoff is therefore `initial * multiplier`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::RateLimiter;
+/// use tower_limits::store::{RateLimiterStore, WindowDecision};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
+///     .initial_backoff(Duration::from_secs(4))
+///     .backoff_multiplier(3.0)
+///     .max_backoff(Duration::from_secs(10))
+///     .build()?;
+/// let (store, policy) = (limiter.store(), limiter.policy());
+/// let key = store.key(limiter.name());
+///
+/// let start = Instant::now();
+/// store.acquire(&key, policy, 0.0).await?; // fills the window
+/// // min(4 s × 3, 10 s) = 10 s, not stretched with jitter 0.
+/// let retry_at = start + Duration::from_secs(10);
+/// assert_eq!(store.acquire(&key, policy, 0.0).await?, WindowDecision::Denied { retry_at });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Backoff {
     pub(crate) initial: Duration,
@@ -180,16 +597,54 @@ pub struct Backoff {
 
 impl Backoff {
     /// The delay `current` starts from (default 1 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
+    /// let initial = limiter.policy().backoff().map(|backoff| backoff.initial());
+    /// assert_eq!(initial, Some(Duration::from_secs(1)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn initial(&self) -> Duration {
         self.initial
     }
 
     /// The factor applied on each escalation (default 2).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
+    /// let multiplier = limiter.policy().backoff().map(|backoff| backoff.multiplier());
+    /// assert_eq!(multiplier, Some(2.0));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn multiplier(&self) -> f64 {
         self.multiplier
     }
 
     /// The cap (default 10 minutes).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .max_backoff(Duration::from_secs(90))
+    ///     .build()?;
+    /// let max = limiter.policy().backoff().map(|backoff| backoff.max());
+    /// assert_eq!(max, Some(Duration::from_secs(90)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max(&self) -> Duration {
         self.max
     }
