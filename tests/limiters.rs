@@ -307,6 +307,29 @@ async fn concurrency_limiter_clear_resets_count_and_pause() {
     assert!(can_proceed(&limiter).await);
 }
 
+#[tokio::test(start_paused = true)]
+async fn concurrency_permits_from_before_clear_do_not_free_slots_taken_after() {
+    let limiter = ConcurrencyLimiter::new(1).unwrap();
+    let before_clear = grant(&limiter).await;
+    limiter.clear().await.unwrap();
+    let _after_clear = grant(&limiter).await;
+    drop(before_clear);
+    assert_eq!(limiter.running(), 1);
+    assert!(!can_proceed(&limiter).await);
+    deny(&limiter).await;
+}
+
+#[test]
+fn concurrency_limiter_rejects_a_maximum_beyond_u32() {
+    let Some(too_many) = usize::try_from(u64::from(u32::MAX) + 1).ok() else {
+        return; // 32-bit targets cannot express it
+    };
+    let error = ConcurrencyLimiter::new(too_many).unwrap_err();
+    assert_eq!(error.field(), "max_concurrent");
+    assert_eq!(error.rule(), "must be at most 4294967295");
+    assert!(ConcurrencyLimiter::new(u32::MAX as usize).is_ok());
+}
+
 // ------------------------------------------------------------ RateLimiter
 
 #[tokio::test(start_paused = true)]
@@ -512,6 +535,20 @@ async fn rate_limiter_pause_and_clear() {
     assert_eq!(next_available(&limiter).await, until);
     limiter.clear().await.unwrap();
     let _permit = grant(&limiter).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limiter_names_the_later_of_a_pause_and_a_full_window() {
+    let origin = Instant::now();
+    let limiter = plain_window(1, Duration::from_secs(10));
+    let _permit = grant(&limiter).await;
+    limiter
+        .set_next_available_time(origin + Duration::from_secs(5))
+        .await
+        .unwrap();
+    let window_frees = origin + Duration::from_secs(10);
+    assert_eq!(next_available(&limiter).await, window_frees);
+    assert_eq!(deny(&limiter).await.retry_at(), Some(window_frees));
 }
 
 // ----------------------------------------------------------- DelayLimiter

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
@@ -42,7 +42,7 @@ pub struct ConcurrencyLimiter {
 
 struct ConcurrencyState {
     max_concurrent: usize,
-    running: AtomicUsize,
+    slots: Slots,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
     released: ReleaseEvent,
@@ -76,6 +76,13 @@ impl ConcurrencyLimiter {
                 "must be at least 1",
             ));
         }
+        if max_concurrent > u32::MAX as usize {
+            return Err(ConfigError::new(
+                "max_concurrent",
+                max_concurrent,
+                "must be at most 4294967295",
+            ));
+        }
         Ok(Self::build(max_concurrent, Clock::default()))
     }
 
@@ -105,7 +112,7 @@ impl ConcurrencyLimiter {
         Self {
             state: Arc::new(ConcurrencyState {
                 max_concurrent,
-                running: AtomicUsize::new(0),
+                slots: Slots::default(),
                 not_before: AtomicU64::new(0),
                 released: ReleaseEvent::new(),
                 clock,
@@ -146,33 +153,11 @@ impl ConcurrencyLimiter {
     /// # }
     /// ```
     pub fn running(&self) -> usize {
-        self.state.running.load(Ordering::Acquire)
+        self.state.slots.running()
     }
 }
 
 impl ConcurrencyState {
-    // `SeqCst` on taking and releasing, as `ReleaseEvent` requires.
-    #[inline]
-    fn try_take_slot(&self) -> bool {
-        self.running
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |running| {
-                (running < self.max_concurrent).then_some(running + 1)
-            })
-            .is_ok()
-    }
-
-    #[inline]
-    fn release_slot(&self) {
-        // Saturating: `record_completion` without a start, or after `clear`,
-        // must not wrap the count.
-        let _ = self
-            .running
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |running| {
-                Some(running.saturating_sub(1))
-            });
-        self.released.notify();
-    }
-
     /// The pause's end, if one is in force now.
     #[inline]
     fn paused_until(&self) -> Option<u64> {
@@ -182,8 +167,10 @@ impl ConcurrencyState {
 
     #[inline]
     fn admit(self: &Arc<Self>) -> Admission {
-        if self.paused_until().is_none() && self.try_take_slot() {
-            return self.grant();
+        if self.paused_until().is_none()
+            && let Some(generation) = self.slots.try_take(self.max_concurrent)
+        {
+            return self.grant(generation);
         }
         self.admit_or_listen()
     }
@@ -193,8 +180,8 @@ impl ConcurrencyState {
         self.released.decide(|| {
             if let Some(until) = self.paused_until() {
                 Admission::Denied(Denial::until(self.clock.instant_at(until)))
-            } else if self.try_take_slot() {
-                self.grant()
+            } else if let Some(generation) = self.slots.try_take(self.max_concurrent) {
+                self.grant(generation)
             } else {
                 Admission::Denied(Denial::until_release())
             }
@@ -202,15 +189,73 @@ impl ConcurrencyState {
     }
 
     #[inline]
-    fn grant(self: &Arc<Self>) -> Admission {
-        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, 0))
+    fn grant(self: &Arc<Self>, generation: u64) -> Admission {
+        Admission::Granted(Permit::new(
+            Arc::clone(self) as Arc<dyn Release>,
+            generation,
+        ))
     }
 }
 
 impl Release for ConcurrencyState {
     #[inline]
-    fn complete(self: Arc<Self>, _token: u64) {
-        self.release_slot();
+    fn complete(self: Arc<Self>, generation: u64) {
+        if self.slots.release(Some(generation)) {
+            self.released.notify();
+        }
+    }
+}
+
+/// The running count and the generation of the limiter's state in one word:
+/// `clear` starts a new generation, and a permit granted before it releases
+/// nothing afterwards, so it cannot free a slot taken since.
+///
+/// Every operation is `SeqCst`, as [`ReleaseEvent`] requires.
+#[derive(Default)]
+struct Slots(AtomicU64);
+
+/// The low half of a [`Slots`] word: the running count.
+const RUNNING: u64 = u32::MAX as u64;
+
+impl Slots {
+    fn running(&self) -> usize {
+        (self.0.load(Ordering::SeqCst) & RUNNING) as usize
+    }
+
+    /// Takes a slot if fewer than `max` are taken; returns the generation.
+    #[inline]
+    fn try_take(&self, max: usize) -> Option<u64> {
+        self.update(|word| ((word & RUNNING) < max as u64).then_some(word + 1))
+    }
+
+    /// Takes a slot whatever the maximum (the seed's `record_start`).
+    fn force_take(&self) {
+        self.update(|word| ((word & RUNNING) < RUNNING).then_some(word + 1));
+    }
+
+    /// Frees a slot of `generation` (of any, if `None`), never going below
+    /// zero; whether a slot was freed.
+    #[inline]
+    fn release(&self, generation: Option<u64>) -> bool {
+        self.update(|word| {
+            let current = generation.is_none_or(|generation| word >> 32 == generation);
+            (current && word & RUNNING > 0).then(|| word - 1)
+        })
+        .is_some()
+    }
+
+    /// Frees every slot and starts a new generation.
+    fn clear(&self) {
+        self.update(|word| Some(((word >> 32) + 1) << 32));
+    }
+
+    /// Applies `change` atomically; the generation it applied to, if it did.
+    #[inline]
+    fn update(&self, change: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, change)
+            .ok()
+            .map(|previous| previous >> 32)
     }
 }
 
@@ -222,17 +267,19 @@ impl Limiter for ConcurrencyLimiter {
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let state = &self.state;
-        let free = state.running.load(Ordering::Acquire) < state.max_concurrent;
+        let free = state.slots.running() < state.max_concurrent;
         LimiterFuture::ready(Ok(free && state.paused_until().is_none()))
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.running.fetch_add(1, Ordering::AcqRel);
+        self.state.slots.force_take();
         LimiterFuture::ready(Ok(()))
     }
 
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.release_slot();
+        if self.state.slots.release(None) {
+            self.state.released.notify();
+        }
         LimiterFuture::ready(Ok(()))
     }
 
@@ -252,7 +299,7 @@ impl Limiter for ConcurrencyLimiter {
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.running.store(0, Ordering::SeqCst);
+        self.state.slots.clear();
         self.state.not_before.store(0, Ordering::Release);
         self.state.released.notify();
         LimiterFuture::ready(Ok(()))

@@ -203,12 +203,12 @@ impl SpacingState {
                 spacing.starts.pop_front();
             }
         }
-        if now < spacing.next_available {
-            return Some(spacing.next_available);
-        }
+        let paused = (now < spacing.next_available).then_some(spacing.next_available);
         let len = spacing.starts.len();
-        (len >= self.max_executions)
-            .then(|| spacing.starts[len - self.max_executions].saturating_add(self.window))
+        let window_frees_at = (len >= self.max_executions)
+            .then(|| spacing.starts[len - self.max_executions].saturating_add(self.window));
+        // `None` orders first: the later of the two, if either.
+        paused.max(window_frees_at)
     }
 
     fn record(&self, spacing: &mut Spacing, now: u64) {

@@ -188,10 +188,9 @@ impl SlidingLog {
     #[inline]
     fn blocked_until(&mut self, now: u64, policy: &WindowPolicy) -> Option<u64> {
         self.prune(now, duration_nanos(policy.window));
-        if now < self.next_available {
-            return Some(self.next_available);
-        }
-        self.window_frees_at(policy)
+        let paused = (now < self.next_available).then_some(self.next_available);
+        // `None` orders first: the later of the two, if either.
+        paused.max(self.window_frees_at(policy))
     }
 
     #[inline]
