@@ -14,8 +14,10 @@ use crate::limiter::LimiterFuture;
 
 /// Keeps sliding windows in memory: fast, one process only.
 ///
-/// Clones share the same windows. A window holds at most `max_executions`
-/// start times, so memory per named limit is bounded by the policy.
+/// Clones share the same windows. A window holds at most the last
+/// `max_executions` start times (starts recorded past a full window with
+/// `record_start` are dropped once they leave it), so memory per named limit
+/// is bounded by the policy, and a decision does constant work.
 ///
 /// ```
 /// use std::time::Duration;
@@ -165,7 +167,6 @@ fn lock(key: &MemoryKey) -> MutexGuard<'_, SlidingLog> {
 
 impl SlidingLog {
     /// Drops starts at or before `now - window`: the window is `(now - window, now]`.
-    #[inline]
     fn prune(&mut self, now: u64, window: u64) {
         let Some(horizon) = now.checked_sub(window) else {
             return;
@@ -175,28 +176,33 @@ impl SlidingLog {
         }
     }
 
-    /// When the window frees a place, if it is full.
+    /// When the window frees a place, if it is full at `now`: the start
+    /// `max_executions` back from the newest leaves the window then.
     #[inline]
-    fn window_frees_at(&self, policy: &WindowPolicy) -> Option<u64> {
-        let len = self.starts.len();
-        (len >= policy.max_executions).then(|| {
-            self.starts[len - policy.max_executions].saturating_add(duration_nanos(policy.window))
-        })
+    fn window_frees_at(&self, now: u64, policy: &WindowPolicy) -> Option<u64> {
+        let index = self.starts.len().checked_sub(policy.max_executions)?;
+        let frees_at = self.starts[index].saturating_add(duration_nanos(policy.window));
+        (frees_at > now).then_some(frees_at)
     }
 
     /// When a start could be granted, if not at `now`.
     #[inline]
-    fn blocked_until(&mut self, now: u64, policy: &WindowPolicy) -> Option<u64> {
-        self.prune(now, duration_nanos(policy.window));
+    fn blocked_until(&self, now: u64, policy: &WindowPolicy) -> Option<u64> {
         let paused = (now < self.next_available).then_some(self.next_available);
         // `None` orders first: the later of the two, if either.
-        paused.max(self.window_frees_at(policy))
+        paused.max(self.window_frees_at(now, policy))
     }
 
     #[inline]
     fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
         if let Some(retry_at) = self.blocked_until(now, policy) {
             return Err(retry_at);
+        }
+        // The window has room, so every start but the newest
+        // `max_executions - 1` has left it: keep only those.
+        let keep = policy.max_executions - 1;
+        while self.starts.len() > keep {
+            self.starts.pop_front();
         }
         self.backoff = None;
         self.record(now, policy, jitter);
@@ -206,7 +212,8 @@ impl SlidingLog {
     #[inline]
     fn record(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) {
         self.starts.push_back(now);
-        if let (Some(backoff), Some(frees_at)) = (policy.backoff, self.window_frees_at(policy)) {
+        if let (Some(backoff), Some(frees_at)) = (policy.backoff, self.window_frees_at(now, policy))
+        {
             self.escalate(now, frees_at, &backoff, jitter);
         }
     }
@@ -225,11 +232,11 @@ impl SlidingLog {
         self.next_available = self.next_available.max(backoff_ends.max(frees_at));
     }
 
-    fn refund(&mut self, ticket: u64, policy: &WindowPolicy) {
+    fn refund(&mut self, now: u64, ticket: u64, policy: &WindowPolicy) {
         if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
             self.starts.remove(index);
         }
-        if self.window_frees_at(policy).is_none()
+        if self.window_frees_at(now, policy).is_none()
             && let Some(escalation) = self.last_escalation.take()
         {
             self.next_available = escalation.next_available;
@@ -300,7 +307,8 @@ impl RateLimiterStore for MemoryStore {
         policy: &'a WindowPolicy,
         ticket: u64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        lock(key).refund(ticket, policy);
+        let mut log = lock(key);
+        log.refund(self.now(), ticket, policy);
         LimiterFuture::ready(Ok(()))
     }
 
@@ -309,8 +317,7 @@ impl RateLimiterStore for MemoryStore {
         key: &'a MemoryKey,
         policy: &'a WindowPolicy,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let mut log = lock(key);
-        let blocked = log.blocked_until(self.now(), policy);
+        let blocked = lock(key).blocked_until(self.now(), policy);
         LimiterFuture::ready(Ok(blocked.map(|nanos| self.instant(nanos))))
     }
 
