@@ -94,10 +94,11 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A limiter could not decide, because the state behind it (a store) failed.
+/// A limiter could not decide: the state behind it (a store) failed, or the
+/// call asked for more than the limiter can ever grant ([`CostTooHigh`]).
 ///
-/// In-memory limiters never return it; shared stores do when they are
-/// unreachable or answer something unexpected.
+/// In-memory limiters return it only for [`CostTooHigh`]; shared stores also
+/// when they are unreachable or answer something unexpected.
 ///
 /// ```
 /// use std::error::Error;
@@ -135,7 +136,80 @@ impl LimiterError {
             source: source.into(),
         }
     }
+
+    /// The underlying failure, to inspect with `downcast_ref`.
+    ///
+    /// ```
+    /// use tower_limits::error::{CostTooHigh, LimiterError};
+    ///
+    /// let error = LimiterError::new(CostTooHigh::new(5, 3));
+    /// let cause = error.get_ref().downcast_ref::<CostTooHigh>();
+    /// assert_eq!(cause.map(CostTooHigh::capacity), Some(3));
+    /// ```
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
 }
+
+/// A call costs more than the limiter can ever grant, so waiting would never
+/// end: split the call or raise the limit.
+///
+/// ```
+/// use tower_limits::error::CostTooHigh;
+///
+/// assert_eq!(
+///     CostTooHigh::new(12, 10).to_string(),
+///     "a call costing 12 can never be admitted by a limit of 10: split it or raise the limit"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostTooHigh {
+    cost: u32,
+    capacity: u64,
+}
+
+impl CostTooHigh {
+    /// A call costing `cost` against a limit of `capacity`.
+    ///
+    /// ```
+    /// let error = tower_limits::error::CostTooHigh::new(12, 10);
+    /// assert_eq!((error.cost(), error.capacity()), (12, 10));
+    /// ```
+    pub fn new(cost: u32, capacity: u64) -> Self {
+        Self { cost, capacity }
+    }
+
+    /// What the call asked for.
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// The most the limiter can ever grant at once.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// `Ok` if `cost` fits in `capacity`; else this error, as a [`LimiterError`].
+    pub(crate) fn check(cost: u32, capacity: usize) -> Result<(), LimiterError> {
+        let capacity = u64::try_from(capacity).unwrap_or(u64::MAX);
+        if u64::from(cost) > capacity {
+            return Err(LimiterError::new(Self::new(cost, capacity)));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for CostTooHigh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a call costing {} can never be admitted by a limit of {}: split it or raise the limit",
+            self.cost, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for CostTooHigh {}
 
 impl fmt::Display for LimiterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -182,7 +182,7 @@ impl<T> fmt::Debug for LimiterFuture<'_, T> {
 /// struct Switch(Arc<AtomicBool>);
 ///
 /// impl Limiter for Switch {
-///     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+///     fn try_acquire_many(&self, _cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
 ///         let admission = if self.0.load(Ordering::Acquire) {
 ///             Admission::Granted(Permit::unit())
 ///         } else {
@@ -250,7 +250,39 @@ pub trait Limiter: Send + Sync + 'static {
     /// # Ok(())
     /// # }
     /// ```
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>>;
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        self.try_acquire_many(1)
+    }
+
+    /// [`try_acquire`](Limiter::try_acquire) for a call that costs `cost`
+    /// units (a batch of 5 downstream calls takes 5 in one decision).
+    ///
+    /// A cost of 0 is free. A cost above what the limiter can ever grant
+    /// fails with [`CostTooHigh`](crate::error::CostTooHigh) inside a
+    /// [`LimiterError`] instead of waiting forever.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::error::CostTooHigh;
+    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let Admission::Granted(batch) = limiter.try_acquire_many(8).await? else {
+    ///     unreachable!("the window is empty");
+    /// };
+    /// assert_eq!(batch.cost(), 8);
+    /// assert!(matches!(limiter.try_acquire_many(3).await?, Admission::Denied(_)));
+    ///
+    /// let error = limiter.try_acquire_many(11).await.unwrap_err();
+    /// assert_eq!(error.get_ref().downcast_ref(), Some(&CostTooHigh::new(11, 10)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>>;
 
     /// Whether a call could start now, without recording anything.
     ///
@@ -440,6 +472,9 @@ pub(crate) fn far_future() -> Instant {
 impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         (**self).try_acquire()
+    }
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        (**self).try_acquire_many(cost)
     }
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         (**self).can_proceed()
@@ -888,7 +923,7 @@ pub trait Release: Send + Sync + 'static {
     /// struct QuotaLimiter(Arc<Quota>);
     ///
     /// impl Limiter for QuotaLimiter {
-    ///     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    ///     fn try_acquire_many(&self, _cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
     ///         let taken = self.0.0.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1));
     ///         LimiterFuture::ready(Ok(match taken {
     ///             Ok(_) => Admission::Granted(Permit::new(self.0.clone(), 0)),
@@ -945,6 +980,7 @@ pub trait Release: Send + Sync + 'static {
 #[must_use = "dropping a permit at once records the call as finished"]
 pub struct Permit {
     kind: PermitKind,
+    cost: u32,
 }
 
 enum PermitKind {
@@ -967,6 +1003,7 @@ impl Permit {
     pub fn unit() -> Self {
         Self {
             kind: PermitKind::Unit,
+            cost: 1,
         }
     }
 
@@ -994,6 +1031,7 @@ impl Permit {
     pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
         Self {
             kind: PermitKind::Held { release, token },
+            cost: 1,
         }
     }
 
@@ -1008,6 +1046,7 @@ impl Permit {
     pub fn with_token(token: u64) -> Self {
         Self {
             kind: PermitKind::Token(token),
+            cost: 1,
         }
     }
 
@@ -1020,8 +1059,10 @@ impl Permit {
     /// assert_eq!(permit.token(), None);
     /// ```
     pub fn many(permits: Vec<Permit>) -> Self {
+        let cost = permits.iter().map(Permit::cost).max().unwrap_or(1);
         Self {
             kind: PermitKind::Many(permits),
+            cost,
         }
     }
 
@@ -1041,12 +1082,40 @@ impl Permit {
         }
     }
 
+    /// The same permit for a call costing `cost` units (1 unless set).
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::with_token(7).with_cost(5).cost(), 5);
+    /// ```
+    pub fn with_cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// How many units the permitted call costs.
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::unit().cost(), 1);
+    /// ```
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
     /// The permits of a [`Permit::many`], in order; otherwise the permit itself.
     pub(crate) fn into_parts(mut self) -> Vec<Permit> {
+        let cost = self.cost;
         match std::mem::replace(&mut self.kind, PermitKind::Unit) {
             PermitKind::Many(permits) => permits,
-            kind => vec![Permit { kind }],
+            kind => vec![Permit { kind, cost }],
         }
+    }
+
+    /// The token and cost, with the permit taken apart so that dropping it
+    /// records nothing: for a limiter's own [`Limiter::refund`].
+    pub(crate) fn disarm(mut self) -> (Option<u64>, u32) {
+        let token = self.token();
+        self.kind = PermitKind::Unit;
+        (token, self.cost)
     }
 
     /// Returns an unused permit through its [`Release::refund`], if it has one.
@@ -1126,9 +1195,34 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     fn acquire(&self) -> impl Future<Output = Result<Permit, LimiterError>> + Send + '_ {
+        self.acquire_many(1)
+    }
+
+    /// Waits until the limiter admits a call costing `cost` units.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{LimiterExt, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let start = tokio::time::Instant::now();
+    /// drop(limiter.acquire_many(6).await?);
+    /// drop(limiter.acquire_many(6).await?); // waits for the first six to leave
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn acquire_many(
+        &self,
+        cost: u32,
+    ) -> impl Future<Output = Result<Permit, LimiterError>> + Send + '_ {
         async move {
             loop {
-                match self.try_acquire().await? {
+                match self.try_acquire_many(cost).await? {
                     Admission::Granted(permit) => return Ok(permit),
                     Admission::Denied(denial) => denial.wait().await,
                 }

@@ -158,7 +158,7 @@ impl Counting {
 }
 
 impl Limiter for Counting {
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    fn try_acquire_many(&self, _cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         self.calls.try_acquire.fetch_add(1, Ordering::SeqCst);
         let admission = if self.deny {
             Admission::Denied(Denial::until(Instant::now() + Duration::from_secs(1)))

@@ -61,9 +61,9 @@ impl<L> Recorder<L> {
 }
 
 impl<L: Limiter> Limiter for Recorder<L> {
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let before = Instant::now();
-        match self.inner.try_acquire().into_ready() {
+        match self.inner.try_acquire_many(cost).into_ready() {
             Ok(answer) => {
                 self.note(before, &answer);
                 LimiterFuture::ready(answer)

@@ -190,31 +190,36 @@ async fn acquire_rest(
     parts: Parts,
     mut granted: Vec<Permit>,
     next: usize,
+    cost: u32,
 ) -> Result<Admission, LimiterError> {
     for part in &parts[next..] {
-        let answer = part.try_acquire().await;
+        let answer = part.try_acquire_many(cost).await;
         if let ControlFlow::Break(answer) = fold_part(&parts, &mut granted, answer) {
             return answer;
         }
     }
-    Ok(Admission::Granted(Permit::many(granted)))
+    Ok(Admission::Granted(Permit::many(granted).with_cost(cost)))
 }
 
 impl Limiter for CompositeLimiter {
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    /// Asks every part for `cost`, in order.
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let parts = self.snapshot();
         let mut granted = Vec::with_capacity(parts.len());
         for (index, part) in parts.iter().enumerate() {
             // Answers known at once are folded here without allocating; the
             // first pending part hands the rest to an async attempt.
-            let Ok(answer) = part.try_acquire().into_ready() else {
-                return LimiterFuture::new(acquire_rest(Arc::clone(&parts), granted, index));
+            let Ok(answer) = part.try_acquire_many(cost).into_ready() else {
+                let rest = acquire_rest(Arc::clone(&parts), granted, index, cost);
+                return LimiterFuture::new(rest);
             };
             if let ControlFlow::Break(answer) = fold_part(&parts, &mut granted, answer) {
                 return LimiterFuture::ready(answer);
             }
         }
-        LimiterFuture::ready(Ok(Admission::Granted(Permit::many(granted))))
+        LimiterFuture::ready(Ok(Admission::Granted(
+            Permit::many(granted).with_cost(cost),
+        )))
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {

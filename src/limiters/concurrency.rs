@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::error::{ConfigError, LimiterError};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
 
 /// Caps the number of calls running at the same time.
@@ -166,22 +166,22 @@ impl ConcurrencyState {
     }
 
     #[inline]
-    fn admit(self: &Arc<Self>) -> Admission {
+    fn admit(self: &Arc<Self>, cost: u32) -> Admission {
         if self.paused_until().is_none()
-            && let Some(generation) = self.slots.try_take(self.max_concurrent)
+            && let Some(generation) = self.slots.try_take(self.max_concurrent, cost)
         {
-            return self.grant(generation);
+            return self.grant(generation, cost);
         }
-        self.admit_or_listen()
+        self.admit_or_listen(cost)
     }
 
     #[cold]
-    fn admit_or_listen(self: &Arc<Self>) -> Admission {
+    fn admit_or_listen(self: &Arc<Self>, cost: u32) -> Admission {
         self.released.decide(|| {
             if let Some(until) = self.paused_until() {
                 Admission::Denied(Denial::until(self.clock.instant_at(until)))
-            } else if let Some(generation) = self.slots.try_take(self.max_concurrent) {
-                self.grant(generation)
+            } else if let Some(generation) = self.slots.try_take(self.max_concurrent, cost) {
+                self.grant(generation, cost)
             } else {
                 Admission::Denied(Denial::until_release())
             }
@@ -189,18 +189,18 @@ impl ConcurrencyState {
     }
 
     #[inline]
-    fn grant(self: &Arc<Self>, generation: u64) -> Admission {
-        Admission::Granted(Permit::new(
-            Arc::clone(self) as Arc<dyn Release>,
-            generation,
-        ))
+    fn grant(self: &Arc<Self>, generation: u64, cost: u32) -> Admission {
+        // The release needs both: the token carries them side by side.
+        let token = generation << 32 | u64::from(cost);
+        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, token).with_cost(cost))
     }
 }
 
 impl Release for ConcurrencyState {
     #[inline]
-    fn complete(self: Arc<Self>, generation: u64) {
-        if self.slots.release(Some(generation)) {
+    fn complete(self: Arc<Self>, token: u64) {
+        let (generation, cost) = (token >> 32, token & RUNNING);
+        if self.slots.release(Some(generation), cost) {
             self.released.notify();
         }
     }
@@ -222,10 +222,12 @@ impl Slots {
         (self.0.load(Ordering::SeqCst) & RUNNING) as usize
     }
 
-    /// Takes a slot if fewer than `max` are taken; returns the generation.
+    /// Takes `cost` slots if that leaves at most `max` taken; returns the
+    /// generation.
     #[inline]
-    fn try_take(&self, max: usize) -> Option<u64> {
-        self.update(|word| ((word & RUNNING) < max as u64).then_some(word + 1))
+    fn try_take(&self, max: usize, cost: u32) -> Option<u64> {
+        let cost = u64::from(cost);
+        self.update(|word| ((word & RUNNING) + cost <= max as u64).then_some(word + cost))
     }
 
     /// Takes a slot whatever the maximum (the seed's `record_start`).
@@ -233,13 +235,14 @@ impl Slots {
         self.update(|word| ((word & RUNNING) < RUNNING).then_some(word + 1));
     }
 
-    /// Frees a slot of `generation` (of any, if `None`), never going below
-    /// zero; whether a slot was freed.
+    /// Frees `count` slots of `generation` (of any, if `None`), never going
+    /// below zero; whether any slot was freed.
     #[inline]
-    fn release(&self, generation: Option<u64>) -> bool {
+    fn release(&self, generation: Option<u64>, count: u64) -> bool {
         self.update(|word| {
             let current = generation.is_none_or(|generation| word >> 32 == generation);
-            (current && word & RUNNING > 0).then(|| word - 1)
+            let running = word & RUNNING;
+            (current && running > 0).then(|| word - running.min(count))
         })
         .is_some()
     }
@@ -261,8 +264,10 @@ impl Slots {
 
 impl Limiter for ConcurrencyLimiter {
     #[inline]
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        LimiterFuture::ready(Ok(self.state.admit()))
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let admission =
+            CostTooHigh::check(cost, self.state.max_concurrent).map(|()| self.state.admit(cost));
+        LimiterFuture::ready(admission)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
@@ -277,7 +282,7 @@ impl Limiter for ConcurrencyLimiter {
     }
 
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        if self.state.slots.release(None) {
+        if self.state.slots.release(None, 1) {
             self.state.released.notify();
         }
         LimiterFuture::ready(Ok(()))

@@ -136,14 +136,19 @@ impl DelayLimiter {
 
 impl DelayState {
     #[inline]
-    fn admit(&self) -> Admission {
-        self.reopened.decide(|| self.decide())
+    fn admit(&self, cost: u32) -> Admission {
+        self.reopened.decide(|| self.decide(cost))
+    }
+
+    /// The gap a start costing `cost` opens: `cost` delays.
+    fn gap(&self, cost: u32) -> u64 {
+        self.delay.saturating_mul(u64::from(cost))
     }
 
     #[inline]
-    fn decide(&self) -> Admission {
+    fn decide(&self, cost: u32) -> Admission {
         let now = self.clock.now_nanos();
-        let start_next = now.saturating_add(self.delay);
+        let start_next = now.saturating_add(self.gap(cost));
         let mut next = self.next_available.load(Ordering::SeqCst);
         loop {
             if now < next {
@@ -156,7 +161,7 @@ impl DelayState {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return Admission::Granted(Permit::with_token(now)),
+                Ok(_) => return Admission::Granted(Permit::with_token(now).with_cost(cost)),
                 Err(current) => next = current,
             }
         }
@@ -165,8 +170,9 @@ impl DelayState {
 
 impl Limiter for DelayLimiter {
     #[inline]
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        LimiterFuture::ready(Ok(self.state.admit()))
+    /// A start costing `cost` keeps the next one `cost` delays away.
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(Ok(self.state.admit(cost)))
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
@@ -210,11 +216,11 @@ impl Limiter for DelayLimiter {
     /// Reopens the gap the permit's start closed, unless something moved it
     /// since.
     fn refund(&self, permit: Permit) {
-        let Some(start) = permit.token() else {
+        let (Some(start), cost) = permit.disarm() else {
             return;
         };
         let reopened = self.state.next_available.compare_exchange(
-            start.saturating_add(self.state.delay),
+            start.saturating_add(self.state.gap(cost)),
             start,
             Ordering::SeqCst,
             Ordering::Relaxed,

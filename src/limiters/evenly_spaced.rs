@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::clock::{Clock, duration_nanos};
-use crate::error::{ConfigError, LimiterError};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
 
 /// Spaces starts `window / max_executions` apart instead of allowing a burst
@@ -176,24 +176,25 @@ impl SpacingState {
         self.spacing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn admit(self: &Arc<Self>) -> Admission {
-        self.reopened.decide(|| self.decide())
+    fn admit(self: &Arc<Self>, cost: u32) -> Admission {
+        self.reopened.decide(|| self.decide(cost))
     }
 
-    fn decide(self: &Arc<Self>) -> Admission {
+    fn decide(self: &Arc<Self>, cost: u32) -> Admission {
         let now = self.clock.now_nanos();
         let mut spacing = self.lock();
-        if let Some(retry_at) = self.blocked_until(&mut spacing, now) {
+        if let Some(retry_at) = self.blocked_until(&mut spacing, now, cost) {
             return Admission::Denied(Denial::until(self.clock.instant_at(retry_at)));
         }
         spacing.last_grant = Some((now, spacing.next_available));
-        self.record(&mut spacing, now);
+        self.record(&mut spacing, now, cost);
         drop(spacing);
-        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, now))
+        let release = Arc::clone(self) as Arc<dyn Release>;
+        Admission::Granted(Permit::new(release, now).with_cost(cost))
     }
 
-    /// When the next start may happen, if not now.
-    fn blocked_until(&self, spacing: &mut Spacing, now: u64) -> Option<u64> {
+    /// When a start costing `cost` may happen, if not now.
+    fn blocked_until(&self, spacing: &mut Spacing, now: u64, cost: u32) -> Option<u64> {
         if let Some(horizon) = now.checked_sub(self.window) {
             while spacing
                 .starts
@@ -204,20 +205,43 @@ impl SpacingState {
             }
         }
         let paused = (now < spacing.next_available).then_some(spacing.next_available);
-        let len = spacing.starts.len();
-        let window_frees_at = (len >= self.max_executions)
-            .then(|| spacing.starts[len - self.max_executions].saturating_add(self.window));
+        // At most `max_executions - cost` earlier starts may stay in the
+        // window: the one before them must have left it.
+        let room = self.max_executions.saturating_sub(cost as usize);
+        let window_frees_at = spacing
+            .starts
+            .len()
+            .checked_sub(room + 1)
+            .map(|index| spacing.starts[index].saturating_add(self.window));
         // `None` orders first: the later of the two, if either.
         paused.max(window_frees_at)
     }
 
-    fn record(&self, spacing: &mut Spacing, now: u64) {
-        if spacing.starts.len() >= self.max_executions {
-            spacing.starts.pop_front();
-        }
-        spacing.starts.push_back(now);
-        let wait = self.interval.saturating_sub(spacing.mean_duration());
+    /// Records `cost` starts at `now` and spaces the next one.
+    fn record(&self, spacing: &mut Spacing, now: u64, cost: u32) {
+        spacing
+            .starts
+            .extend(std::iter::repeat_n(now, cost as usize));
+        let excess = spacing.starts.len().saturating_sub(self.max_executions);
+        spacing.starts.drain(..excess);
+        let interval = self.interval.saturating_mul(u64::from(cost));
+        let wait = interval.saturating_sub(spacing.mean_duration());
         spacing.next_available = spacing.next_available.max(now.saturating_add(wait));
+    }
+
+    /// Gives back the `cost` starts recorded at `start`.
+    fn give_back(&self, start: u64, cost: u32) {
+        let mut spacing = self.lock();
+        for _ in 0..cost {
+            if let Some(index) = spacing.starts.iter().rposition(|&s| s == start) {
+                spacing.starts.remove(index);
+            }
+        }
+        if let Some((_, previous)) = spacing.last_grant.take_if(|(ticket, _)| *ticket == start) {
+            spacing.next_available = previous;
+        }
+        drop(spacing);
+        self.reopened.notify();
     }
 
     fn record_duration(&self, start: u64) {
@@ -241,38 +265,31 @@ impl Spacing {
 }
 
 impl Release for SpacingState {
+    /// Records the call's duration for the mean.
     fn complete(self: Arc<Self>, start: u64) {
         self.record_duration(start);
-    }
-
-    fn refund(self: Arc<Self>, start: u64) {
-        let mut spacing = self.lock();
-        if let Some(index) = spacing.starts.iter().rposition(|&s| s == start) {
-            spacing.starts.remove(index);
-        }
-        if let Some((_, previous)) = spacing.last_grant.take_if(|(ticket, _)| *ticket == start) {
-            spacing.next_available = previous;
-        }
-        drop(spacing);
-        self.reopened.notify();
     }
 }
 
 impl Limiter for EvenlySpacedRateLimiter {
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        LimiterFuture::ready(Ok(self.state.admit()))
+    /// A call costing `cost` counts as `cost` starts and is followed by
+    /// `cost` intervals.
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let admission =
+            CostTooHigh::check(cost, self.state.max_executions).map(|()| self.state.admit(cost));
+        LimiterFuture::ready(admission)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let now = self.state.clock.now_nanos();
-        let blocked = self.state.blocked_until(&mut self.state.lock(), now);
+        let blocked = self.state.blocked_until(&mut self.state.lock(), now, 1);
         LimiterFuture::ready(Ok(blocked.is_none()))
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let now = self.state.clock.now_nanos();
         let mut spacing = self.state.lock();
-        self.state.record(&mut spacing, now);
+        self.state.record(&mut spacing, now, 1);
         spacing.open_starts.push_back(now);
         LimiterFuture::ready(Ok(()))
     }
@@ -288,7 +305,9 @@ impl Limiter for EvenlySpacedRateLimiter {
     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
         let state = &self.state;
         let now = state.clock.now_nanos();
-        let at = state.blocked_until(&mut state.lock(), now).unwrap_or(now);
+        let at = state
+            .blocked_until(&mut state.lock(), now, 1)
+            .unwrap_or(now);
         LimiterFuture::ready(Ok(state.clock.instant_at(at)))
     }
 
@@ -303,6 +322,13 @@ impl Limiter for EvenlySpacedRateLimiter {
         *self.state.lock() = Spacing::default();
         self.state.reopened.notify();
         LimiterFuture::ready(Ok(()))
+    }
+
+    /// Erases the permit's starts and restores the spacing before it.
+    fn refund(&self, permit: Permit) {
+        if let (Some(start), cost) = permit.disarm() {
+            self.state.give_back(start, cost);
+        }
     }
 }
 

@@ -24,8 +24,8 @@ use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
 pub struct NullLimiter;
 
 impl Limiter for NullLimiter {
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        LimiterFuture::ready(Ok(Admission::Granted(Permit::unit())))
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(Ok(Admission::Granted(Permit::unit().with_cost(cost))))
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {

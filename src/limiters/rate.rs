@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::error::{ConfigError, LimiterError};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
@@ -61,20 +61,21 @@ struct RateShared<S: RateLimiterStore> {
 
 impl<S: RateLimiterStore> RateShared<S> {
     #[inline]
-    fn acquire(&self) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
-        self.store.acquire(&self.key, &self.policy, self.jitter())
+    fn acquire(&self, cost: u32) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
+        self.store
+            .acquire(&self.key, &self.policy, cost, self.jitter())
     }
 
     /// Decides, with `listener` on a denial so a refund wakes the caller.
     fn acquire_listening(
         &self,
+        cost: u32,
         listener: ReleaseListener,
     ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        match self.acquire().into_ready() {
-            Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, Some(listener)))),
-            Err(pending) => {
-                LimiterFuture::new(async move { Ok(admission(pending.await?, Some(listener))) })
-            }
+        let admission = move |decision| admission(decision, cost, Some(listener));
+        match self.acquire(cost).into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(admission)),
+            Err(pending) => LimiterFuture::new(async move { Ok(admission(pending.await?)) }),
         }
     }
 
@@ -210,9 +211,11 @@ impl<S: RateLimiterStore> RateLimiter<S> {
 
 /// A store decision as an admission; a denial also wakes on `listener`.
 #[inline]
-fn admission(decision: WindowDecision, listener: Option<ReleaseListener>) -> Admission {
+fn admission(decision: WindowDecision, cost: u32, listener: Option<ReleaseListener>) -> Admission {
     match decision {
-        WindowDecision::Granted { ticket } => Admission::Granted(Permit::with_token(ticket)),
+        WindowDecision::Granted { ticket } => {
+            Admission::Granted(Permit::with_token(ticket).with_cost(cost))
+        }
         WindowDecision::Denied { retry_at } => {
             let denial = Denial::until(retry_at);
             Admission::Denied(match listener {
@@ -225,13 +228,13 @@ fn admission(decision: WindowDecision, listener: Option<ReleaseListener>) -> Adm
 
 /// Runs a store's asynchronous refund on the current runtime. Outside a
 /// runtime the start stays counted: the window over-counts, never under.
-fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
+fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64, cost: u32) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
                 let result = shared
                     .store
-                    .refund(&shared.key, &shared.policy, ticket)
+                    .refund(&shared.key, &shared.policy, ticket, cost)
                     .await;
                 shared.refunded(result);
             });
@@ -241,24 +244,28 @@ fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64) {
 }
 
 impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
+    /// A call costing `cost` records `cost` starts.
     #[inline]
-    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        match shared.acquire().into_ready() {
+        if let Err(error) = CostTooHigh::check(cost, shared.policy.max_executions) {
+            return LimiterFuture::ready(Err(error));
+        }
+        match shared.acquire(cost).into_ready() {
             // Listen, then look once more: a refund in between is not missed.
             Ok(Ok(WindowDecision::Denied { .. })) => {
-                shared.acquire_listening(shared.released.listen())
+                shared.acquire_listening(cost, shared.released.listen())
             }
-            Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, None))),
+            Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, cost, None))),
             // A store that answers asynchronously: listen before deciding
             // (the unpolled future is dropped and made again).
-            Err(_unpolled) => shared.acquire_listening(shared.released.listen()),
+            Err(_unpolled) => shared.acquire_listening(cost, shared.released.listen()),
         }
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let shared = &*self.shared;
-        let peek = shared.store.peek(&shared.key, &shared.policy);
+        let peek = shared.store.peek(&shared.key, &shared.policy, 1);
         match peek.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(|blocked| blocked.is_none())),
             Err(pending) => LimiterFuture::new(async move { Ok(pending.await?.is_none()) }),
@@ -281,7 +288,7 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
             let now = Instant::now();
-            let blocked = shared.store.peek(&shared.key, &shared.policy).await?;
+            let blocked = shared.store.peek(&shared.key, &shared.policy, 1).await?;
             Ok(blocked.map_or(now, |at| at.max(now)))
         })
     }
@@ -301,19 +308,19 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     /// Erases the permit's start from the window (and the backoff it set).
     fn refund(&self, permit: Permit) {
-        let Some(ticket) = permit.token() else {
+        let (Some(ticket), cost) = permit.disarm() else {
             return;
         };
         let shared = &self.shared;
         // A pending future is dropped unpolled and run again on the runtime.
         match shared
             .store
-            .refund(&shared.key, &shared.policy, ticket)
+            .refund(&shared.key, &shared.policy, ticket, cost)
             .into_ready()
             .ok()
         {
             Some(result) => shared.refunded(result),
-            None => refund_later(Arc::clone(shared), ticket),
+            None => refund_later(Arc::clone(shared), ticket, cost),
         }
     }
 }

@@ -176,43 +176,53 @@ impl SlidingLog {
         }
     }
 
-    /// When the window frees a place, if it is full at `now`: the start
-    /// `max_executions` back from the newest leaves the window then.
+    /// When the window has room for `cost` more starts, if it has not at
+    /// `now`: at most `max_executions - cost` may stay, so the start before
+    /// the newest of those must leave.
     #[inline]
-    fn window_frees_at(&self, now: u64, policy: &WindowPolicy) -> Option<u64> {
-        let index = self.starts.len().checked_sub(policy.max_executions)?;
+    fn window_frees_at(&self, now: u64, policy: &WindowPolicy, cost: u32) -> Option<u64> {
+        let room = policy.max_executions.saturating_sub(cost as usize);
+        let index = self.starts.len().checked_sub(room + 1)?;
         let frees_at = self.starts[index].saturating_add(duration_nanos(policy.window));
         (frees_at > now).then_some(frees_at)
     }
 
-    /// When a start could be granted, if not at `now`.
+    /// When `cost` starts could be granted, if not at `now`.
     #[inline]
-    fn blocked_until(&self, now: u64, policy: &WindowPolicy) -> Option<u64> {
+    fn blocked_until(&self, now: u64, policy: &WindowPolicy, cost: u32) -> Option<u64> {
         let paused = (now < self.next_available).then_some(self.next_available);
         // `None` orders first: the later of the two, if either.
-        paused.max(self.window_frees_at(now, policy))
+        paused.max(self.window_frees_at(now, policy, cost))
     }
 
     #[inline]
-    fn decide(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) -> Result<u64, u64> {
-        if let Some(retry_at) = self.blocked_until(now, policy) {
+    fn decide(
+        &mut self,
+        now: u64,
+        policy: &WindowPolicy,
+        cost: u32,
+        jitter: f64,
+    ) -> Result<u64, u64> {
+        if let Some(retry_at) = self.blocked_until(now, policy, cost) {
             return Err(retry_at);
         }
         // The window has room, so every start but the newest
-        // `max_executions - 1` has left it: keep only those.
-        let keep = policy.max_executions - 1;
+        // `max_executions - cost` has left it: keep only those.
+        let keep = policy.max_executions.saturating_sub(cost as usize);
         while self.starts.len() > keep {
             self.starts.pop_front();
         }
         self.backoff = None;
-        self.record(now, policy, jitter);
+        self.record(now, policy, cost, jitter);
         Ok(now)
     }
 
+    /// Records `cost` starts at `now`; backs off if that fills the window.
     #[inline]
-    fn record(&mut self, now: u64, policy: &WindowPolicy, jitter: f64) {
-        self.starts.push_back(now);
-        if let (Some(backoff), Some(frees_at)) = (policy.backoff, self.window_frees_at(now, policy))
+    fn record(&mut self, now: u64, policy: &WindowPolicy, cost: u32, jitter: f64) {
+        self.starts.extend(std::iter::repeat_n(now, cost as usize));
+        if let (Some(backoff), Some(frees_at)) =
+            (policy.backoff, self.window_frees_at(now, policy, 1))
         {
             self.escalate(now, frees_at, &backoff, jitter);
         }
@@ -232,11 +242,13 @@ impl SlidingLog {
         self.next_available = self.next_available.max(backoff_ends.max(frees_at));
     }
 
-    fn refund(&mut self, now: u64, ticket: u64, policy: &WindowPolicy) {
-        if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
-            self.starts.remove(index);
+    fn refund(&mut self, now: u64, ticket: u64, cost: u32, policy: &WindowPolicy) {
+        for _ in 0..cost {
+            if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
+                self.starts.remove(index);
+            }
         }
-        if self.window_frees_at(now, policy).is_none()
+        if self.window_frees_at(now, policy, 1).is_none()
             && let Some(escalation) = self.last_escalation.take()
         {
             self.next_available = escalation.next_available;
@@ -274,12 +286,13 @@ impl RateLimiterStore for MemoryStore {
         &'a self,
         key: &'a MemoryKey,
         policy: &'a WindowPolicy,
+        cost: u32,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let mut log = lock(key);
         // Read under the lock, so starts are recorded in order.
         let now = self.now();
-        let decision = match log.decide(now, policy, jitter) {
+        let decision = match log.decide(now, policy, cost, jitter) {
             Ok(ticket) => WindowDecision::Granted { ticket },
             Err(retry_at) => WindowDecision::Denied {
                 retry_at: self.instant(retry_at),
@@ -297,7 +310,7 @@ impl RateLimiterStore for MemoryStore {
         let mut log = lock(key);
         let now = self.now();
         log.prune(now, duration_nanos(policy.window));
-        log.record(now, policy, jitter);
+        log.record(now, policy, 1, jitter);
         LimiterFuture::ready(Ok(()))
     }
 
@@ -306,9 +319,10 @@ impl RateLimiterStore for MemoryStore {
         key: &'a MemoryKey,
         policy: &'a WindowPolicy,
         ticket: u64,
+        cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let mut log = lock(key);
-        log.refund(self.now(), ticket, policy);
+        log.refund(self.now(), ticket, cost, policy);
         LimiterFuture::ready(Ok(()))
     }
 
@@ -316,8 +330,9 @@ impl RateLimiterStore for MemoryStore {
         &'a self,
         key: &'a MemoryKey,
         policy: &'a WindowPolicy,
+        cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let blocked = lock(key).blocked_until(self.now(), policy);
+        let blocked = lock(key).blocked_until(self.now(), policy, cost);
         LimiterFuture::ready(Ok(blocked.map(|nanos| self.instant(nanos))))
     }
 

@@ -74,13 +74,13 @@ pub use memory::{MemoryKey, MemoryStore};
 /// let store = MemoryStore::new();
 /// let key = store.key("reports");
 /// let start = Instant::now();
-/// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 0.0).await? else {
+/// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 1, 0.0).await? else {
 ///     unreachable!("the window is empty");
 /// };
 /// let retry_at = start + Duration::from_secs(10);
-/// assert_eq!(store.acquire(&key, policy, 0.0).await?, WindowDecision::Denied { retry_at });
+/// assert_eq!(store.acquire(&key, policy, 1, 0.0).await?, WindowDecision::Denied { retry_at });
 ///
-/// store.refund(&key, policy, ticket).await?; // the start never happened
+/// store.refund(&key, policy, ticket, 1).await?; // the start never happened
 /// assert_eq!(store.execution_count(&key, policy.window()).await?, 0);
 /// # Ok(())
 /// # }
@@ -149,11 +149,12 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         LimiterFuture::ready(Ok(()))
     }
 
-    /// The atomic decision: drops starts older than the window; denies until
-    /// the pause ends or the oldest start leaves the window when it is full;
-    /// otherwise records a start, resets the backoff, and, if the window is
-    /// now full, applies the policy's backoff (see [`Backoff`]) using
-    /// `jitter` (uniform in `[0, 1)`).
+    /// The atomic decision for a call costing `cost` starts: denies until the
+    /// pause ends, or until enough starts leave the window for `cost` more to
+    /// fit; otherwise records `cost` starts, resets the backoff, and, if the
+    /// window is now full, applies the policy's backoff (see [`Backoff`])
+    /// using `jitter` (uniform in `[0, 1)`). The caller checks that `cost`
+    /// is at most `max_executions`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -169,11 +170,11 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// let key = store.key(limiter.name());
     ///
     /// let start = Instant::now();
-    /// let granted = store.acquire(&key, policy, 0.5).await?;
+    /// let granted = store.acquire(&key, policy, 1, 0.5).await?;
     /// assert!(matches!(granted, WindowDecision::Granted { .. }));
     /// // That start filled the window: a 2 s backoff, stretched by jitter 0.5 to 3 s.
     /// let retry_at = start + Duration::from_secs(3);
-    /// assert_eq!(store.acquire(&key, policy, 0.5).await?, WindowDecision::Denied { retry_at });
+    /// assert_eq!(store.acquire(&key, policy, 1, 0.5).await?, WindowDecision::Denied { retry_at });
     /// # Ok(())
     /// # }
     /// ```
@@ -181,6 +182,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         &'a self,
         key: &'a Self::Key,
         policy: &'a WindowPolicy,
+        cost: u32,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
 
@@ -213,7 +215,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
-    /// Erases the start recorded with `ticket`. If the window is then no
+    /// Erases the `cost` starts recorded with `ticket`. If the window is then no
     /// longer full, the last backoff (set because it was full) is undone,
     /// unless a pause was set from outside since.
     ///
@@ -228,13 +230,13 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// let (store, policy) = (limiter.store(), limiter.policy());
     /// let key = store.key(limiter.name());
     ///
-    /// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 0.0).await? else {
+    /// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 1, 0.0).await? else {
     ///     unreachable!("the window is empty");
     /// };
-    /// assert!(store.peek(&key, policy).await?.is_some()); // full, backing off
+    /// assert!(store.peek(&key, policy, 1).await?.is_some()); // full, backing off
     ///
-    /// store.refund(&key, policy, ticket).await?;
-    /// assert_eq!(store.peek(&key, policy).await?, None); // start and backoff undone
+    /// store.refund(&key, policy, ticket, 1).await?;
+    /// assert_eq!(store.peek(&key, policy, 1).await?, None); // start and backoff undone
     /// # Ok(())
     /// # }
     /// ```
@@ -243,10 +245,11 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         key: &'a Self::Key,
         policy: &'a WindowPolicy,
         ticket: u64,
+        cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
     /// The atomic peek: `None` if [`acquire`](RateLimiterStore::acquire)
-    /// would grant now, otherwise the instant it names (the later of the
+    /// would grant `cost` now, otherwise the instant it names (the later of the
     /// pause and the full window freeing a place). Records nothing.
     ///
     /// ```
@@ -262,12 +265,12 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     ///     .build()?;
     /// let (store, policy) = (limiter.store(), limiter.policy());
     /// let key = store.key(limiter.name());
-    /// assert_eq!(store.peek(&key, policy).await?, None); // would grant now
+    /// assert_eq!(store.peek(&key, policy, 1).await?, None); // would grant now
     ///
     /// let start = Instant::now();
     /// limiter.record_start().await?;
     /// let frees_at = start + Duration::from_secs(10);
-    /// assert_eq!(store.peek(&key, policy).await?, Some(frees_at));
+    /// assert_eq!(store.peek(&key, policy, 1).await?, Some(frees_at));
     /// // Peeking recorded nothing.
     /// assert_eq!(store.execution_count(&key, policy.window()).await?, 1);
     /// # Ok(())
@@ -277,6 +280,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         &'a self,
         key: &'a Self::Key,
         policy: &'a WindowPolicy,
+        cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
     /// How many starts fall within the last `window`.
@@ -451,8 +455,8 @@ pub trait RateLimiterStore: Send + Sync + 'static {
 ///     WindowDecision::Granted { .. } => "granted".to_owned(),
 ///     WindowDecision::Denied { retry_at } => format!("retry in {:?}", retry_at - start),
 /// };
-/// assert_eq!(describe(store.acquire(&key, policy, 0.0).await?), "granted");
-/// assert_eq!(describe(store.acquire(&key, policy, 0.0).await?), "retry in 60s");
+/// assert_eq!(describe(store.acquire(&key, policy, 1, 0.0).await?), "granted");
+/// assert_eq!(describe(store.acquire(&key, policy, 1, 0.0).await?), "retry in 60s");
 /// # Ok(())
 /// # }
 /// ```
@@ -581,10 +585,10 @@ impl WindowPolicy {
 /// let key = store.key(limiter.name());
 ///
 /// let start = Instant::now();
-/// store.acquire(&key, policy, 0.0).await?; // fills the window
+/// store.acquire(&key, policy, 1, 0.0).await?; // fills the window
 /// // min(4 s × 3, 10 s) = 10 s, not stretched with jitter 0.
 /// let retry_at = start + Duration::from_secs(10);
-/// assert_eq!(store.acquire(&key, policy, 0.0).await?, WindowDecision::Denied { retry_at });
+/// assert_eq!(store.acquire(&key, policy, 1, 0.0).await?, WindowDecision::Denied { retry_at });
 /// # Ok(())
 /// # }
 /// ```

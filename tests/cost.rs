@@ -1,0 +1,170 @@
+//! Calls that cost more than one unit: `try_acquire_many` on every limiter.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_limits::error::CostTooHigh;
+use tower_limits::{
+    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    Limiter, LimiterExt, NullLimiter, Permit, RateLimiter,
+};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+async fn grant(limiter: &impl Limiter, cost: u32) -> Permit {
+    match limiter.try_acquire_many(cost).await {
+        Ok(Admission::Granted(permit)) => permit,
+        other => panic!("expected a grant of {cost}, got {other:?}"),
+    }
+}
+
+async fn denied_until(limiter: &impl Limiter, cost: u32) -> Option<Instant> {
+    match limiter.try_acquire_many(cost).await {
+        Ok(Admission::Denied(denial)) => denial.retry_at(),
+        other => panic!("expected a denial of {cost}, got {other:?}"),
+    }
+}
+
+/// The cost a limiter refuses outright, with the capacity it names.
+async fn too_high(limiter: &impl Limiter, cost: u32) -> CostTooHigh {
+    let error = limiter
+        .try_acquire_many(cost)
+        .await
+        .expect_err("a cost above the limit must fail");
+    *error
+        .get_ref()
+        .downcast_ref::<CostTooHigh>()
+        .expect("the failure is CostTooHigh")
+}
+
+fn window(max: usize, length: Duration) -> RateLimiter {
+    RateLimiter::builder("cost", max, length)
+        .without_backoff()
+        .build()
+        .expect("valid configuration")
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limiter_counts_a_batch_as_that_many_starts() {
+    let start = Instant::now();
+    let limiter = window(10, secs(1));
+    let batch = grant(&limiter, 7).await;
+    assert_eq!(batch.cost(), 7);
+    let _three = grant(&limiter, 3).await;
+    // Full: even one more waits for the batch to leave the window.
+    assert_eq!(denied_until(&limiter, 1).await, Some(start + secs(1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limiter_waits_until_enough_starts_leave_for_the_whole_cost() {
+    let start = Instant::now();
+    let limiter = window(10, secs(10));
+    drop(grant(&limiter, 4).await);
+    tokio::time::advance(secs(2)).await;
+    drop(grant(&limiter, 4).await);
+    // Eight in the window; five more fit only once the first four have left.
+    assert_eq!(denied_until(&limiter, 5).await, Some(start + secs(10)));
+    let _two = grant(&limiter, 2).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limiter_refund_gives_back_every_unit_of_a_batch() {
+    let limiter = window(10, secs(1));
+    let batch = grant(&limiter, 10).await;
+    assert!(!limiter.can_proceed().await.unwrap());
+    limiter.refund(batch);
+    drop(grant(&limiter, 10).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limiter_refuses_a_cost_above_its_window() {
+    let limiter = window(10, secs(1));
+    assert_eq!(too_high(&limiter, 11).await, CostTooHigh::new(11, 10));
+    // Nothing was recorded.
+    drop(grant(&limiter, 10).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_limiter_holds_cost_slots_until_the_call_ends() {
+    let limiter = ConcurrencyLimiter::new(5).unwrap();
+    let big = grant(&limiter, 4).await;
+    assert_eq!(limiter.running(), 4);
+    let small = grant(&limiter, 1).await;
+    assert!(matches!(
+        limiter.try_acquire_many(2).await.unwrap(),
+        Admission::Denied(_)
+    ));
+    drop(big);
+    assert_eq!(limiter.running(), 1);
+    let _two = grant(&limiter, 2).await;
+    drop(small);
+    assert_eq!(limiter.running(), 2);
+    assert_eq!(too_high(&limiter, 6).await, CostTooHigh::new(6, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_waiter_for_several_slots_starts_once_enough_are_free() {
+    let limiter = ConcurrencyLimiter::new(3).unwrap();
+    let first = grant(&limiter, 2).await;
+    let second = grant(&limiter, 1).await;
+    let waiter = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.acquire_many(3).await })
+    };
+    tokio::task::yield_now().await;
+    drop(first);
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "only two of three slots are free");
+    drop(second);
+    let permit = waiter.await.unwrap().unwrap();
+    assert_eq!((permit.cost(), limiter.running()), (3, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_limiter_keeps_cost_delays_after_a_batch() {
+    let start = Instant::now();
+    let limiter = DelayLimiter::new(Duration::from_millis(100)).unwrap();
+    let batch = grant(&limiter, 3).await;
+    let reopens = start + Duration::from_millis(300);
+    assert_eq!(denied_until(&limiter, 1).await, Some(reopens));
+    limiter.refund(batch);
+    drop(grant(&limiter, 1).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn evenly_spaced_limiter_spaces_a_batch_by_cost_intervals() {
+    let start = Instant::now();
+    let limiter = EvenlySpacedRateLimiter::new(10, secs(10)).unwrap();
+    drop(grant(&limiter, 3).await);
+    assert_eq!(denied_until(&limiter, 1).await, Some(start + secs(3)));
+    assert_eq!(too_high(&limiter, 11).await, CostTooHigh::new(11, 10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn composite_asks_every_part_for_the_cost_and_refunds_on_denial() {
+    let rate = window(10, secs(1));
+    let concurrency = ConcurrencyLimiter::new(2).unwrap();
+    let composite = CompositeLimiter::new()
+        .with(rate.clone())
+        .with(concurrency.clone());
+    let permit = grant(&composite, 2).await;
+    assert_eq!(concurrency.running(), 2);
+    // The rate part grants 2 more, the concurrency part denies: the rate
+    // part's 2 are given back.
+    assert!(matches!(
+        composite.try_acquire_many(2).await.unwrap(),
+        Admission::Denied(_)
+    ));
+    drop(permit);
+    drop(grant(&rate, 8).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_of_zero_is_free() {
+    let limiter = window(1, secs(1));
+    let _free = grant(&limiter, 0).await;
+    let _one = grant(&limiter, 1).await;
+    let _null = grant(&NullLimiter, 1_000_000).await;
+}
