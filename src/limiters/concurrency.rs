@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
@@ -41,7 +41,7 @@ pub struct ConcurrencyLimiter {
 }
 
 struct ConcurrencyState {
-    max_concurrent: usize,
+    max_concurrent: AtomicUsize,
     slots: Slots,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
@@ -69,21 +69,39 @@ impl ConcurrencyLimiter {
     /// # }
     /// ```
     pub fn new(max_concurrent: usize) -> Result<Self, ConfigError> {
-        if max_concurrent == 0 {
-            return Err(ConfigError::new(
-                "max_concurrent",
-                max_concurrent,
-                "must be at least 1",
-            ));
-        }
-        if max_concurrent > u32::MAX as usize {
-            return Err(ConfigError::new(
-                "max_concurrent",
-                max_concurrent,
-                "must be at most 4294967295",
-            ));
-        }
+        validate(max_concurrent)?;
         Ok(Self::build(max_concurrent, Clock::default()))
+    }
+
+    /// Changes the maximum at runtime. Running calls keep their slots: a
+    /// lower maximum admits nobody new until enough of them finish; a higher
+    /// one admits waiting callers at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] on the same rules as [`new`](ConcurrencyLimiter::new);
+    /// the maximum is then unchanged.
+    ///
+    /// ```
+    /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// let Admission::Granted(_running) = limiter.try_acquire().await? else { unreachable!() };
+    /// assert!(!limiter.can_proceed().await?);
+    /// limiter.set_max_concurrent(2)?;
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_max_concurrent(&self, max_concurrent: usize) -> Result<(), ConfigError> {
+        validate(max_concurrent)?;
+        self.state
+            .max_concurrent
+            .store(max_concurrent, Ordering::SeqCst);
+        self.state.released.notify();
+        Ok(())
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
@@ -105,13 +123,13 @@ impl ConcurrencyLimiter {
     /// # }
     /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
-        Self::build(self.state.max_concurrent, clock)
+        Self::build(self.max_concurrent(), clock)
     }
 
     fn build(max_concurrent: usize, clock: Clock) -> Self {
         Self {
             state: Arc::new(ConcurrencyState {
-                max_concurrent,
+                max_concurrent: AtomicUsize::new(max_concurrent),
                 slots: Slots::default(),
                 not_before: AtomicU64::new(0),
                 released: ReleaseEvent::new(),
@@ -133,7 +151,7 @@ impl ConcurrencyLimiter {
     /// # }
     /// ```
     pub fn max_concurrent(&self) -> usize {
-        self.state.max_concurrent
+        self.state.max()
     }
 
     /// How many calls are running now.
@@ -157,7 +175,31 @@ impl ConcurrencyLimiter {
     }
 }
 
+fn validate(max_concurrent: usize) -> Result<(), ConfigError> {
+    if max_concurrent == 0 {
+        return Err(ConfigError::new(
+            "max_concurrent",
+            max_concurrent,
+            "must be at least 1",
+        ));
+    }
+    if max_concurrent > u32::MAX as usize {
+        return Err(ConfigError::new(
+            "max_concurrent",
+            max_concurrent,
+            "must be at most 4294967295",
+        ));
+    }
+    Ok(())
+}
+
 impl ConcurrencyState {
+    /// `SeqCst`: a waiter's second look must see a raised maximum.
+    #[inline]
+    fn max(&self) -> usize {
+        self.max_concurrent.load(Ordering::SeqCst)
+    }
+
     /// The pause's end, if one is in force now.
     #[inline]
     fn paused_until(&self) -> Option<u64> {
@@ -168,7 +210,7 @@ impl ConcurrencyState {
     #[inline]
     fn admit(self: &Arc<Self>, cost: u32) -> Admission {
         if self.paused_until().is_none()
-            && let Some(generation) = self.slots.try_take(self.max_concurrent, cost)
+            && let Some(generation) = self.slots.try_take(self.max(), cost)
         {
             return self.grant(generation, cost);
         }
@@ -180,7 +222,7 @@ impl ConcurrencyState {
         self.released.decide(|| {
             if let Some(until) = self.paused_until() {
                 Admission::Denied(Denial::until(self.clock.instant_at(until)))
-            } else if let Some(generation) = self.slots.try_take(self.max_concurrent, cost) {
+            } else if let Some(generation) = self.slots.try_take(self.max(), cost) {
                 self.grant(generation, cost)
             } else {
                 Admission::Denied(Denial::until_release())
@@ -265,14 +307,13 @@ impl Slots {
 impl Limiter for ConcurrencyLimiter {
     #[inline]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        let admission =
-            CostTooHigh::check(cost, self.state.max_concurrent).map(|()| self.state.admit(cost));
+        let admission = CostTooHigh::check(cost, self.state.max()).map(|()| self.state.admit(cost));
         LimiterFuture::ready(admission)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let state = &self.state;
-        let free = state.slots.running() < state.max_concurrent;
+        let free = state.slots.running() < state.max();
         LimiterFuture::ready(Ok(free && state.paused_until().is_none()))
     }
 
@@ -314,7 +355,7 @@ impl Limiter for ConcurrencyLimiter {
 impl fmt::Debug for ConcurrencyLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimiter")
-            .field("max_concurrent", &self.state.max_concurrent)
+            .field("max_concurrent", &self.max_concurrent())
             .field("running", &self.running())
             .finish()
     }

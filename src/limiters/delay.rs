@@ -36,7 +36,7 @@ pub struct DelayLimiter {
 }
 
 struct DelayState {
-    delay: u64,
+    delay: AtomicU64,
     /// Fired when a refund or `clear` reopens the gap early.
     reopened: ReleaseEvent,
     /// Nanoseconds since the clock's epoch before which nothing starts.
@@ -75,10 +75,32 @@ impl DelayLimiter {
     /// # }
     /// ```
     pub fn new(delay: Duration) -> Result<Self, ConfigError> {
-        if delay.is_zero() {
-            return Err(ConfigError::new("delay", delay, "must be longer than zero"));
-        }
-        Ok(Self::build(duration_nanos(delay), Clock::default()))
+        Ok(Self::build(validate(delay)?, Clock::default()))
+    }
+
+    /// Changes the delay at runtime; it applies from the next start (the gap
+    /// after the last start stays as it was).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `delay` is zero; the delay is then unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::DelayLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = DelayLimiter::default();
+    /// limiter.set_delay(Duration::from_secs(1))?;
+    /// assert_eq!(limiter.delay(), Duration::from_secs(1));
+    /// assert!(limiter.set_delay(Duration::ZERO).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_delay(&self, delay: Duration) -> Result<(), ConfigError> {
+        let delay = validate(delay)?;
+        self.state.delay.store(delay, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
@@ -103,13 +125,13 @@ impl DelayLimiter {
     /// # }
     /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
-        Self::build(self.state.delay, clock)
+        Self::build(self.state.delay(), clock)
     }
 
     fn build(delay: u64, clock: Clock) -> Self {
         Self {
             state: Arc::new(DelayState {
-                delay,
+                delay: AtomicU64::new(delay),
                 reopened: ReleaseEvent::new(),
                 next_available: AtomicU64::new(0),
                 clock,
@@ -130,11 +152,23 @@ impl DelayLimiter {
     /// # }
     /// ```
     pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.state.delay)
+        Duration::from_nanos(self.state.delay())
     }
 }
 
+fn validate(delay: Duration) -> Result<u64, ConfigError> {
+    if delay.is_zero() {
+        return Err(ConfigError::new("delay", delay, "must be longer than zero"));
+    }
+    Ok(duration_nanos(delay))
+}
+
 impl DelayState {
+    #[inline]
+    fn delay(&self) -> u64 {
+        self.delay.load(Ordering::Relaxed)
+    }
+
     #[inline]
     fn admit(&self, cost: u32) -> Admission {
         self.reopened.decide(|| self.decide(cost))
@@ -142,7 +176,7 @@ impl DelayState {
 
     /// The gap a start costing `cost` opens: `cost` delays.
     fn gap(&self, cost: u32) -> u64 {
-        self.delay.saturating_mul(u64::from(cost))
+        self.delay().saturating_mul(u64::from(cost))
     }
 
     #[inline]
@@ -183,7 +217,7 @@ impl Limiter for DelayLimiter {
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let state = &self.state;
-        let next = state.clock.now_nanos().saturating_add(state.delay);
+        let next = state.clock.now_nanos().saturating_add(state.delay());
         state.next_available.fetch_max(next, Ordering::AcqRel);
         LimiterFuture::ready(Ok(()))
     }

@@ -5,6 +5,7 @@ mod concurrency;
 mod delay;
 mod evenly_spaced;
 mod null;
+mod policy_cell;
 mod rate;
 
 pub use composite::CompositeLimiter;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::policy_cell::PolicyCell;
 use crate::clock::Clock;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
@@ -56,24 +57,28 @@ struct RateShared<S: RateLimiterStore> {
     released: ReleaseEvent,
     store: S,
     key: S::Key,
-    policy: WindowPolicy,
+    policy: PolicyCell,
 }
 
 impl<S: RateLimiterStore> RateShared<S> {
     #[inline]
-    fn acquire(&self, cost: u32) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
-        self.store
-            .acquire(&self.key, &self.policy, cost, self.jitter())
+    fn acquire(
+        &self,
+        policy: WindowPolicy,
+        cost: u32,
+    ) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
+        self.store.acquire(&self.key, policy, cost, jitter(&policy))
     }
 
     /// Decides, with `listener` on a denial so a refund wakes the caller.
     fn acquire_listening(
         &self,
+        policy: WindowPolicy,
         cost: u32,
         listener: ReleaseListener,
     ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let admission = move |decision| admission(decision, cost, Some(listener));
-        match self.acquire(cost).into_ready() {
+        match self.acquire(policy, cost).into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(admission)),
             Err(pending) => LimiterFuture::new(async move { Ok(admission(pending.await?)) }),
         }
@@ -87,15 +92,15 @@ impl<S: RateLimiterStore> RateShared<S> {
             }
         }
     }
+}
 
-    /// A jitter draw for the backoff; none is needed without one.
-    #[inline]
-    fn jitter(&self) -> f64 {
-        if self.policy.backoff.is_some() {
-            fastrand::f64()
-        } else {
-            0.0
-        }
+/// A jitter draw for the backoff; none is needed without one.
+#[inline]
+fn jitter(policy: &WindowPolicy) -> f64 {
+    if policy.backoff.is_some() {
+        fastrand::f64()
+    } else {
+        0.0
     }
 }
 
@@ -177,8 +182,44 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn policy(&self) -> &WindowPolicy {
-        &self.shared.policy
+    pub fn policy(&self) -> WindowPolicy {
+        self.shared.policy.load()
+    }
+
+    /// Changes the limit at runtime, keeping the backoff settings and every
+    /// start already recorded: the new limit applies from the next decision.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] on the rules of [`RateLimiterBuilder::build`]; the
+    /// limit is then unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let Admission::Granted(_first) = limiter.try_acquire().await? else { unreachable!() };
+    /// assert!(!limiter.can_proceed().await?);
+    /// limiter.set_limit(2, Duration::from_secs(60))?; // the first start still counts
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_limit(&self, max_executions: usize, window: Duration) -> Result<(), ConfigError> {
+        let policy = WindowPolicy {
+            max_executions,
+            window,
+            ..self.policy()
+        };
+        validate(&policy)?;
+        self.shared.policy.store(policy);
+        self.shared.released.notify();
+        Ok(())
     }
 
     /// The store behind this limiter.
@@ -234,7 +275,7 @@ fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64, co
             runtime.spawn(async move {
                 let result = shared
                     .store
-                    .refund(&shared.key, &shared.policy, ticket, cost)
+                    .refund(&shared.key, shared.policy.load(), ticket, cost)
                     .await;
                 shared.refunded(result);
             });
@@ -248,24 +289,25 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
     #[inline]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        if let Err(error) = CostTooHigh::check(cost, shared.policy.max_executions) {
+        let policy = shared.policy.load();
+        if let Err(error) = CostTooHigh::check(cost, policy.max_executions) {
             return LimiterFuture::ready(Err(error));
         }
-        match shared.acquire(cost).into_ready() {
+        match shared.acquire(policy, cost).into_ready() {
             // Listen, then look once more: a refund in between is not missed.
             Ok(Ok(WindowDecision::Denied { .. })) => {
-                shared.acquire_listening(cost, shared.released.listen())
+                shared.acquire_listening(policy, cost, shared.released.listen())
             }
             Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, cost, None))),
             // A store that answers asynchronously: listen before deciding
             // (the unpolled future is dropped and made again).
-            Err(_unpolled) => shared.acquire_listening(cost, shared.released.listen()),
+            Err(_unpolled) => shared.acquire_listening(policy, cost, shared.released.listen()),
         }
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let shared = &*self.shared;
-        let peek = shared.store.peek(&shared.key, &shared.policy, 1);
+        let peek = shared.store.peek(&shared.key, shared.policy.load(), 1);
         match peek.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(|blocked| blocked.is_none())),
             Err(pending) => LimiterFuture::new(async move { Ok(pending.await?.is_none()) }),
@@ -274,9 +316,10 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let shared = &*self.shared;
+        let policy = shared.policy.load();
         shared
             .store
-            .record_execution(&shared.key, &shared.policy, shared.jitter())
+            .record_execution(&shared.key, policy, jitter(&policy))
     }
 
     /// Starts are what a sliding window counts: a finished call changes nothing.
@@ -288,7 +331,10 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
             let now = Instant::now();
-            let blocked = shared.store.peek(&shared.key, &shared.policy, 1).await?;
+            let blocked = shared
+                .store
+                .peek(&shared.key, shared.policy.load(), 1)
+                .await?;
             Ok(blocked.map_or(now, |at| at.max(now)))
         })
     }
@@ -315,7 +361,7 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         // A pending future is dropped unpolled and run again on the runtime.
         match shared
             .store
-            .refund(&shared.key, &shared.policy, ticket, cost)
+            .refund(&shared.key, shared.policy.load(), ticket, cost)
             .into_ready()
             .ok()
         {
@@ -329,7 +375,7 @@ impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
             .field("name", &self.shared.name)
-            .field("policy", &self.shared.policy)
+            .field("policy", &self.policy())
             .field("store", &self.shared.store)
             .finish()
     }
@@ -573,7 +619,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
                 released: ReleaseEvent::new(),
                 store: self.store,
                 key,
-                policy,
+                policy: PolicyCell::new(policy),
             }),
         })
     }

@@ -285,14 +285,14 @@ impl RateLimiterStore for MemoryStore {
     fn acquire<'a>(
         &'a self,
         key: &'a MemoryKey,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         cost: u32,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let mut log = lock(key);
         // Read under the lock, so starts are recorded in order.
         let now = self.now();
-        let decision = match log.decide(now, policy, cost, jitter) {
+        let decision = match log.decide(now, &policy, cost, jitter) {
             Ok(ticket) => WindowDecision::Granted { ticket },
             Err(retry_at) => WindowDecision::Denied {
                 retry_at: self.instant(retry_at),
@@ -304,35 +304,35 @@ impl RateLimiterStore for MemoryStore {
     fn record_execution<'a>(
         &'a self,
         key: &'a MemoryKey,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let mut log = lock(key);
         let now = self.now();
         log.prune(now, duration_nanos(policy.window));
-        log.record(now, policy, 1, jitter);
+        log.record(now, &policy, 1, jitter);
         LimiterFuture::ready(Ok(()))
     }
 
     fn refund<'a>(
         &'a self,
         key: &'a MemoryKey,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         ticket: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let mut log = lock(key);
-        log.refund(self.now(), ticket, cost, policy);
+        log.refund(self.now(), ticket, cost, &policy);
         LimiterFuture::ready(Ok(()))
     }
 
     fn peek<'a>(
         &'a self,
         key: &'a MemoryKey,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let blocked = lock(key).blocked_until(self.now(), policy, cost);
+        let blocked = lock(key).blocked_until(self.now(), &policy, cost);
         LimiterFuture::ready(Ok(blocked.map(|nanos| self.instant(nanos))))
     }
 

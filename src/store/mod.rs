@@ -181,7 +181,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     fn acquire<'a>(
         &'a self,
         key: &'a Self::Key,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         cost: u32,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
@@ -211,7 +211,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     fn record_execution<'a>(
         &'a self,
         key: &'a Self::Key,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
@@ -243,7 +243,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     fn refund<'a>(
         &'a self,
         key: &'a Self::Key,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         ticket: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
@@ -279,7 +279,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     fn peek<'a>(
         &'a self,
         key: &'a Self::Key,
-        policy: &'a WindowPolicy,
+        policy: WindowPolicy,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 

@@ -1,0 +1,138 @@
+//! Changing a limit at runtime: the new limit applies from the next decision,
+//! and what is running or recorded is kept.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_limits::{
+    Admission, ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt, Permit, RateLimiter,
+};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+async fn granted(limiter: &impl Limiter) -> Option<Permit> {
+    match limiter
+        .try_acquire()
+        .await
+        .expect("in-memory limiters do not fail")
+    {
+        Admission::Granted(permit) => Some(permit),
+        Admission::Denied(_) => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lowering_concurrency_keeps_running_calls_and_admits_none_until_below() {
+    let limiter = ConcurrencyLimiter::new(3).unwrap();
+    let mut running = vec![
+        granted(&limiter).await.unwrap(),
+        granted(&limiter).await.unwrap(),
+        granted(&limiter).await.unwrap(),
+    ];
+    limiter.set_max_concurrent(1).unwrap();
+    assert_eq!(limiter.running(), 3, "running calls keep their slots");
+    running.pop();
+    assert!(granted(&limiter).await.is_none(), "2 running, max 1");
+    running.pop();
+    assert!(granted(&limiter).await.is_none(), "1 running, max 1");
+    running.pop();
+    assert!(granted(&limiter).await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn raising_concurrency_wakes_a_waiting_caller_at_once() {
+    let limiter = ConcurrencyLimiter::new(1).unwrap();
+    let _running = granted(&limiter).await.unwrap();
+    let waiter = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
+    };
+    tokio::task::yield_now().await;
+    let raised_at = Instant::now();
+    limiter.set_max_concurrent(2).unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), raised_at);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_new_maximum_is_refused_and_the_old_one_kept() {
+    let limiter = ConcurrencyLimiter::new(2).unwrap();
+    assert_eq!(
+        limiter.set_max_concurrent(0).unwrap_err().field(),
+        "max_concurrent"
+    );
+    assert_eq!(limiter.max_concurrent(), 2);
+    let rate = RateLimiter::builder("r", 5, secs(1)).build().unwrap();
+    assert_eq!(
+        rate.set_limit(0, secs(1)).unwrap_err().field(),
+        "max_executions"
+    );
+    assert_eq!(
+        rate.set_limit(5, Duration::ZERO).unwrap_err().field(),
+        "window"
+    );
+    assert_eq!(rate.policy().max_executions(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_rate_limit_counts_the_starts_already_recorded() {
+    let limiter = RateLimiter::builder("r", 4, secs(10))
+        .without_backoff()
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        drop(granted(&limiter).await.unwrap());
+    }
+    limiter.set_limit(2, secs(10)).unwrap();
+    assert!(granted(&limiter).await.is_none(), "3 recorded, new max 2");
+    limiter.set_limit(5, secs(10)).unwrap();
+    assert!(granted(&limiter).await.is_some());
+    assert!(granted(&limiter).await.is_some());
+    assert!(granted(&limiter).await.is_none(), "5 recorded, max 5");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_window_frees_starts_sooner() {
+    let start = Instant::now();
+    let limiter = RateLimiter::builder("r", 1, secs(60))
+        .without_backoff()
+        .build()
+        .unwrap();
+    drop(granted(&limiter).await.unwrap());
+    limiter.set_limit(1, secs(5)).unwrap();
+    assert_eq!(
+        limiter.next_available_time().await.unwrap(),
+        start + secs(5)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn raising_a_rate_limit_wakes_a_waiting_caller() {
+    let limiter = RateLimiter::builder("r", 1, secs(60))
+        .without_backoff()
+        .build()
+        .unwrap();
+    drop(granted(&limiter).await.unwrap());
+    let waiter = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
+    };
+    tokio::task::yield_now().await;
+    let raised_at = Instant::now();
+    limiter.set_limit(2, secs(60)).unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), raised_at);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_delay_applies_from_the_next_start() {
+    let start = Instant::now();
+    let limiter = DelayLimiter::new(secs(1)).unwrap();
+    drop(granted(&limiter).await.unwrap());
+    limiter.set_delay(secs(3)).unwrap();
+    // The gap after the last start stays 1 s; the next one opens 3 s.
+    drop(limiter.acquire().await.unwrap());
+    assert_eq!(Instant::now(), start + secs(1));
+    drop(limiter.acquire().await.unwrap());
+    assert_eq!(Instant::now(), start + secs(4));
+}
