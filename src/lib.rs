@@ -15,6 +15,10 @@
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start, less the mean call duration |
 //! | [`CompositeLimiter`] | every part admits it |
 //!
+//! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
+//! `2/500ms` and, with the `serde` cargo feature, reads them from a
+//! configuration file (see [`rate`]).
+//!
 //! # Example
 //!
 //! ```
@@ -66,6 +70,7 @@ pub mod error;
 pub mod limit;
 mod limiter;
 mod limiters;
+pub mod rate;
 pub mod store;
 
 pub use clock::Clock;
@@ -79,6 +84,7 @@ pub use limiter::{
     ReleaseListener,
 };
 pub use limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, NullLimiter,
-    RateLimiter, RateLimiterBuilder,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, KeyedLimiter,
+    KeyedLimiterBuilder, NullLimiter, RateLimiter, RateLimiterBuilder,
 };
+pub use rate::{ParseRateError, Rate};
