@@ -1,0 +1,376 @@
+//! [`KeyedLimiter`]: one limit per key (tenant, API key, route, peer), in
+//! bounded memory.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Admission, Limiter, LimiterFuture};
+
+/// The default bound on the number of keys held at once.
+const DEFAULT_MAX_KEYS: usize = 10_000;
+/// The default time after which an unused key may be forgotten.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Keys are spread over at most this many independently locked shards...
+const MAX_SHARDS: usize = 32;
+/// ...each holding at least this many keys (small maps use one shard).
+const MIN_KEYS_PER_SHARD: usize = 64;
+
+/// Keeps one limiter per key, made on first use by a function you give, so
+/// every tenant (API key, route, peer address) gets its own limit.
+///
+/// Conveyor-style per-group limits are keyed limits: one sliding window per
+/// group.
+///
+/// # Memory is bounded
+///
+/// At most [`max_keys`](KeyedLimiterBuilder::max_keys) keys (default 10,000)
+/// are held at once. The map is split into up to 32 shards of at least 64
+/// keys, each with its own lock and its own share of the bound. When a new key
+/// arrives and its shard is full,
+/// keys unused for [`idle_timeout`](KeyedLimiterBuilder::idle_timeout)
+/// (default 10 minutes) are forgotten, and if none is idle, the least recently
+/// used eighth of that shard is. A forgotten key's next call starts from a fresh
+/// limiter: a key flood cannot grow memory past the bound, at the price of
+/// forgetting the history of the least active keys. Size the bound above the
+/// number of keys active within one window.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Admission, KeyedLimiter, Limiter, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Two requests per second per tenant.
+/// let per_tenant = KeyedLimiter::builder(|tenant: &String| {
+///     RateLimiter::builder(tenant.clone(), 2, Duration::from_secs(1))
+///         .without_backoff()
+///         .build()
+///         .expect("valid configuration")
+/// })
+/// .max_keys(1_000)
+/// .build()?;
+///
+/// let acme = "acme".to_owned();
+/// for _ in 0..2 {
+///     assert!(matches!(per_tenant.try_acquire(&acme).await?, Admission::Granted(_)));
+/// }
+/// assert!(matches!(per_tenant.try_acquire(&acme).await?, Admission::Denied(_)));
+/// // Another tenant is not affected by acme's backlog.
+/// let globex = "globex".to_owned();
+/// assert!(matches!(per_tenant.try_acquire(&globex).await?, Admission::Granted(_)));
+/// assert_eq!(per_tenant.len(), 2);
+/// # Ok(())
+/// # }
+/// ```
+pub struct KeyedLimiter<K, L> {
+    inner: Arc<KeyedInner<K, L>>,
+}
+
+type Make<K, L> = dyn Fn(&K) -> L + Send + Sync;
+
+struct KeyedInner<K, L> {
+    make: Box<Make<K, L>>,
+    shards: Box<[Mutex<Shard<K, L>>]>,
+    keys_per_shard: usize,
+    idle_timeout: u64,
+    hasher: RandomState,
+    clock: Clock,
+}
+
+struct Shard<K, L> {
+    entries: HashMap<K, Entry<L>>,
+}
+
+struct Entry<L> {
+    limiter: L,
+    /// Nanoseconds since the clock's epoch.
+    last_used: u64,
+}
+
+impl<K, L> Clone for KeyedLimiter<K, L> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K, L> KeyedLimiter<K, L>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Clone,
+{
+    /// Starts building a keyed limiter whose per-key limiters `make` creates.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let per_route = KeyedLimiter::builder(|_route: &&'static str| {
+    ///     ConcurrencyLimiter::new(4).expect("valid configuration")
+    /// })
+    /// .build()?;
+    /// assert_eq!(per_route.limiter(&"/search").max_concurrent(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(make: impl Fn(&K) -> L + Send + Sync + 'static) -> KeyedLimiterBuilder<K, L> {
+        KeyedLimiterBuilder {
+            make: Box::new(make),
+            max_keys: DEFAULT_MAX_KEYS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            clock: Clock::default(),
+        }
+    }
+
+    /// The limiter of `key`, made now if the key is new (or was forgotten).
+    /// Clones share its state, so a handle kept for `set_next_available_time`
+    /// acts on the key's limit.
+    pub fn limiter(&self, key: &K) -> L {
+        let inner = &*self.inner;
+        let now = inner.clock.now_nanos();
+        let mut shard = inner.shard(key);
+        if let Some(entry) = shard.entries.get_mut(key) {
+            entry.last_used = now;
+            return entry.limiter.clone();
+        }
+        if shard.entries.len() >= inner.keys_per_shard {
+            shard.make_room(now, inner.idle_timeout);
+        }
+        let limiter = (inner.make)(key);
+        let entry = Entry {
+            limiter: limiter.clone(),
+            last_used: now,
+        };
+        shard.entries.insert(key.clone(), entry);
+        limiter
+    }
+
+    /// [`Limiter::try_acquire`] on `key`'s limiter.
+    pub fn try_acquire(&self, key: &K) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
+        self.try_acquire_many(key, 1)
+    }
+
+    /// [`Limiter::try_acquire_many`] on `key`'s limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, DelayLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(1)).unwrap())
+    ///     .build()?;
+    /// assert!(matches!(keyed.try_acquire_many(&7, 3).await?, Admission::Granted(_)));
+    /// assert!(matches!(keyed.try_acquire_many(&7, 1).await?, Admission::Denied(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire_many(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
+        let limiter = self.limiter(key);
+        // A pending future is dropped unpolled and made again, owning the limiter.
+        match limiter.try_acquire_many(cost).into_ready().ok() {
+            Some(answer) => LimiterFuture::ready(answer),
+            None => LimiterFuture::new(async move { limiter.try_acquire_many(cost).await }),
+        }
+    }
+
+    /// How many keys are held now (at most the configured maximum).
+    pub fn len(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| lock(shard).entries.len())
+            .sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every key unused for longer than the idle timeout now,
+    /// instead of waiting for the map to fill. Returns how many were
+    /// forgotten.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u8| ConcurrencyLimiter::new(1).unwrap())
+    ///     .idle_timeout(Duration::from_secs(60))
+    ///     .build()?;
+    /// keyed.limiter(&1);
+    /// tokio::time::advance(Duration::from_secs(61)).await;
+    /// keyed.limiter(&2);
+    /// assert_eq!(keyed.evict_idle(), 1);
+    /// assert_eq!(keyed.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        let inner = &*self.inner;
+        let now = inner.clock.now_nanos();
+        inner
+            .shards
+            .iter()
+            .map(|shard| lock(shard).evict_idle(now, inner.idle_timeout))
+            .sum()
+    }
+}
+
+fn lock<K, L>(shard: &Mutex<Shard<K, L>>) -> MutexGuard<'_, Shard<K, L>> {
+    // Every update is one map operation: a poisoned shard is still consistent.
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K: Hash + Eq, L> KeyedInner<K, L> {
+    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, L>> {
+        let index = self.hasher.hash_one(key) as usize % self.shards.len();
+        lock(&self.shards[index])
+    }
+}
+
+impl<K: Hash + Eq + Clone, L> Shard<K, L> {
+    /// Forgets keys unused since `now - idle_timeout`; how many.
+    fn evict_idle(&mut self, now: u64, idle_timeout: u64) -> usize {
+        let before = self.entries.len();
+        self.entries
+            .retain(|_, entry| now.saturating_sub(entry.last_used) < idle_timeout);
+        before - self.entries.len()
+    }
+
+    /// Frees at least one place: idle keys first, else the least recently
+    /// used eighth of the shard (in one pass, so a key flood costs a scan
+    /// per eighth of a shard, not per key).
+    fn make_room(&mut self, now: u64, idle_timeout: u64) {
+        if self.evict_idle(now, idle_timeout) > 0 {
+            return;
+        }
+        let mut by_age: Vec<(u64, K)> = self
+            .entries
+            .iter()
+            .map(|(key, entry)| (entry.last_used, key.clone()))
+            .collect();
+        let count = (by_age.len() / 8).max(1).min(by_age.len());
+        if count < by_age.len() {
+            by_age.select_nth_unstable_by_key(count, |(last_used, _)| *last_used);
+        }
+        for (_, key) in by_age.drain(..count) {
+            self.entries.remove(&key);
+        }
+    }
+}
+
+impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field(
+                "max_keys",
+                &(self.inner.keys_per_shard * self.inner.shards.len()),
+            )
+            .field(
+                "idle_timeout",
+                &Duration::from_nanos(self.inner.idle_timeout),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`].
+#[must_use = "call `build` to get a keyed limiter"]
+pub struct KeyedLimiterBuilder<K, L> {
+    make: Box<Make<K, L>>,
+    max_keys: usize,
+    idle_timeout: Duration,
+    clock: Clock,
+}
+
+impl<K, L> KeyedLimiterBuilder<K, L> {
+    /// The most keys held at once (default 10,000). The bound is exact: the
+    /// map never holds more.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// How long a key must go unused before it may be forgotten (default 10
+    /// minutes).
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// The clock that measures idleness (see [`Clock`]).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Validates the configuration and builds the keyed limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `max_keys` is 0 or `idle_timeout` is zero.
+    ///
+    /// ```
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
+    ///
+    /// let error = KeyedLimiter::builder(|_: &u8| NullLimiter).max_keys(0).build().unwrap_err();
+    /// assert_eq!(error.field(), "max_keys");
+    /// ```
+    pub fn build(self) -> Result<KeyedLimiter<K, L>, ConfigError> {
+        if self.max_keys == 0 {
+            return Err(ConfigError::new(
+                "max_keys",
+                self.max_keys,
+                "must be at least 1",
+            ));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "idle_timeout",
+                self.idle_timeout,
+                "must be longer than zero",
+            ));
+        }
+        let shards = (self.max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
+        let keys_per_shard = self.max_keys / shards;
+        Ok(KeyedLimiter {
+            inner: Arc::new(KeyedInner {
+                make: self.make,
+                shards: (0..shards)
+                    .map(|_| {
+                        Mutex::new(Shard {
+                            entries: HashMap::new(),
+                        })
+                    })
+                    .collect(),
+                keys_per_shard,
+                idle_timeout: duration_nanos(self.idle_timeout),
+                hasher: RandomState::new(),
+                clock: self.clock,
+            }),
+        })
+    }
+}
+
+impl<K, L> fmt::Debug for KeyedLimiterBuilder<K, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiterBuilder")
+            .field("max_keys", &self.max_keys)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
