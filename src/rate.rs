@@ -215,6 +215,12 @@ impl Rate {
         self.count
     }
 
+    /// The count as a `usize`, for limiters that hold that many entries.
+    pub(crate) fn count_as_usize(&self) -> Result<usize, ConfigError> {
+        usize::try_from(self.count)
+            .map_err(|_| ConfigError::new("count", self.count, "must fit in a usize"))
+    }
+
     /// The period over which [`count`](Self::count) calls are allowed; longer
     /// than zero.
     ///

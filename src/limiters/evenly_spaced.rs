@@ -110,6 +110,27 @@ impl EvenlySpacedRateLimiter {
         ))
     }
 
+    /// [`new`](EvenlySpacedRateLimiter::new) with the limit given as a
+    /// [`Rate`](crate::Rate).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the count does not fit in a `usize`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{EvenlySpacedRateLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = EvenlySpacedRateLimiter::from_rate("60/m".parse::<Rate>()?)?;
+    /// assert_eq!(limiter.interval(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_rate(rate: crate::Rate) -> Result<Self, ConfigError> {
+        Self::new(rate.count_as_usize()?, rate.per())
+    }
+
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
     ///
     /// Call it before handing out clones: the limiter it returns shares no

@@ -12,6 +12,7 @@ use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
+use crate::rate::Rate;
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// At most `max_executions` starts in any sliding `window`, with the seed's
@@ -139,6 +140,33 @@ impl RateLimiter {
             window,
             backoff: Some(DEFAULT_BACKOFF),
         }
+    }
+}
+
+impl RateLimiter {
+    /// [`builder`](RateLimiter::builder) with the limit given as a [`Rate`]:
+    /// `rate.count()` starts per `rate.per()` window.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the count does not fit in a `usize`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{RateLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::from_rate("mail", "100/m".parse::<Rate>()?)?.build()?;
+    /// assert_eq!(limiter.policy().max_executions(), 100);
+    /// assert_eq!(limiter.policy().window(), Duration::from_secs(60));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_rate(
+        name: impl Into<String>,
+        rate: Rate,
+    ) -> Result<RateLimiterBuilder<MemoryStore>, ConfigError> {
+        Ok(Self::builder(name, rate.count_as_usize()?, rate.per()))
     }
 }
 
