@@ -57,14 +57,16 @@
 //! several delayed callers can start back to back and break the rate (seed
 //! 004, chaining rule 1; the `layer_order` test shows both).
 
+mod keyed;
 mod layer;
 mod service;
-mod waiting;
+pub(crate) mod waiting;
 
 pub mod future;
 
 use std::time::Duration;
 
+pub use keyed::{KeyedLimit, KeyedLimitLayer, KeyedResponseFuture, RequestCost, UnitCost};
 pub use layer::LimitLayer;
 pub use service::Limit;
 

@@ -1,21 +1,16 @@
 //! The [`Limit`] service.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use tokio::time::Instant;
 use tower_service::Service;
 
 use super::Options;
 use super::future::ResponseFuture;
-use super::waiting::{Queue, acquire_in_turn, acquire_or_reject};
+use super::waiting::{Queue, WaitFuture, wait_for_admission};
 use crate::error::{BoxError, Rejected};
-use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
-
-type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
+use crate::limiter::{Admission, Denial, Limiter, Permit};
 
 /// Admits calls to `S` only when the limiter `L` allows; built by
 /// [`LimitLayer`](super::LimitLayer).
@@ -177,16 +172,7 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
     #[cold]
     #[inline(never)]
     fn wait(&self, denial: Option<Denial>) -> Result<WaitFuture, BoxError> {
-        let limiter = self.limiter.clone();
-        if self.options.reject {
-            return Ok(Box::pin(acquire_or_reject(limiter)));
-        }
-        let place = self.queue.enter(self.options.max_waiting)?;
-        let deadline = self
-            .options
-            .max_wait
-            .map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future));
-        Ok(Box::pin(acquire_in_turn(limiter, place, denial, deadline)))
+        wait_for_admission(self.limiter.clone(), 1, &self.queue, self.options, denial)
     }
 }
 

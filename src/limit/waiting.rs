@@ -2,14 +2,17 @@
 //! order.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::{BoxError, Elapsed, Overloaded};
-use crate::limiter::{Admission, Denial, Limiter, Permit};
+use super::Options;
+use crate::error::{BoxError, Elapsed, Overloaded, Rejected};
+use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
 
 /// Shared by every service a layer builds.
 ///
@@ -63,8 +66,9 @@ impl Drop for Place {
 /// fails with [`Elapsed`] as soon as the limiter names a later instant, or when
 /// the deadline passes. Dropping the future at any point gives up the place
 /// and holds no permit.
-pub(crate) async fn acquire_in_turn<L: Limiter>(
+async fn acquire_in_turn<L: Limiter>(
     limiter: L,
+    cost: u32,
     place: Place,
     mut denial: Option<Denial>,
     deadline: Option<Instant>,
@@ -80,7 +84,7 @@ pub(crate) async fn acquire_in_turn<L: Limiter>(
                 }
                 denial.wait().await;
             }
-            match limiter.try_acquire().await? {
+            match limiter.try_acquire_many(cost).await? {
                 Admission::Granted(permit) => return Ok(permit),
                 Admission::Denied(next) => denial = Some(next),
             }
@@ -95,9 +99,36 @@ pub(crate) async fn acquire_in_turn<L: Limiter>(
 }
 
 /// One attempt for a limiter that answers asynchronously, in reject mode.
-pub(crate) async fn acquire_or_reject<L: Limiter>(limiter: L) -> Result<Permit, BoxError> {
-    match limiter.try_acquire().await? {
+async fn acquire_or_reject<L: Limiter>(limiter: L, cost: u32) -> Result<Permit, BoxError> {
+    match limiter.try_acquire_many(cost).await? {
         Admission::Granted(permit) => Ok(permit),
-        Admission::Denied(denial) => Err(crate::error::Rejected::new(denial.retry_at()).into()),
+        Admission::Denied(denial) => Err(Rejected::new(denial.retry_at()).into()),
     }
 }
+
+/// What a caller does once the quick attempt did not admit it: one more
+/// attempt in reject mode, else a place in `queue` (or [`Overloaded`] at
+/// once when the queue is full) and a wait bounded by the options.
+///
+/// `denial` is the quick attempt's answer, if it got one.
+pub(crate) fn wait_for_admission<L: Limiter>(
+    limiter: L,
+    cost: u32,
+    queue: &Arc<Queue>,
+    options: Options,
+    denial: Option<Denial>,
+) -> Result<WaitFuture, BoxError> {
+    if options.reject {
+        return Ok(Box::pin(acquire_or_reject(limiter, cost)));
+    }
+    let place = queue.enter(options.max_waiting)?;
+    let deadline = options
+        .max_wait
+        .map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future));
+    Ok(Box::pin(acquire_in_turn(
+        limiter, cost, place, denial, deadline,
+    )))
+}
+
+/// A caller's wait for admission.
+pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, LimiterError};
+use crate::limit::waiting::Queue;
 use crate::limiter::{Admission, Limiter, LimiterFuture};
 
 /// The default bound on the number of keys held at once.
@@ -88,6 +89,9 @@ struct Shard<K, L> {
 
 struct Entry<L> {
     limiter: L,
+    /// The key's line of waiting callers, for [`KeyedLimitLayer`]
+    /// (crate::KeyedLimitLayer).
+    queue: Arc<Queue>,
     /// Nanoseconds since the clock's epoch.
     last_used: u64,
 }
@@ -132,23 +136,30 @@ where
     /// Clones share its state, so a handle kept for `set_next_available_time`
     /// acts on the key's limit.
     pub fn limiter(&self, key: &K) -> L {
+        self.lane(key).0
+    }
+
+    /// `key`'s limiter and its queue of waiting callers.
+    pub(crate) fn lane(&self, key: &K) -> (L, Arc<Queue>) {
         let inner = &*self.inner;
         let now = inner.clock.now_nanos();
         let mut shard = inner.shard(key);
-        if let Some(entry) = shard.entries.get_mut(key) {
-            entry.last_used = now;
-            return entry.limiter.clone();
-        }
-        if shard.entries.len() >= inner.keys_per_shard {
-            shard.make_room(now, inner.idle_timeout);
-        }
-        let limiter = (inner.make)(key);
-        let entry = Entry {
-            limiter: limiter.clone(),
-            last_used: now,
+        let entry = match shard.entries.get_mut(key) {
+            Some(entry) => entry,
+            None => {
+                if shard.entries.len() >= inner.keys_per_shard {
+                    shard.make_room(now, inner.idle_timeout);
+                }
+                let entry = Entry {
+                    limiter: (inner.make)(key),
+                    queue: Arc::default(),
+                    last_used: now,
+                };
+                shard.entries.entry(key.clone()).or_insert(entry)
+            }
         };
-        shard.entries.insert(key.clone(), entry);
-        limiter
+        entry.last_used = now;
+        (entry.limiter.clone(), Arc::clone(&entry.queue))
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.

@@ -1,0 +1,327 @@
+//! [`KeyedLimitLayer`]: a limit per key taken from each request, and costs
+//! taken from each request.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::Options;
+use super::waiting::{Queue, wait_for_admission};
+use crate::error::{BoxError, Rejected};
+use crate::limiter::{Admission, Limiter, Permit};
+use crate::limiters::KeyedLimiter;
+
+/// How much of a limit a request takes; see [`KeyedLimitLayer::cost`].
+///
+/// Implemented for closures `Fn(&Request) -> u32` and for [`UnitCost`].
+pub trait RequestCost<Request> {
+    /// The request's cost in the limit's units (tokens, starts, slots).
+    fn cost(&self, request: &Request) -> u32;
+}
+
+impl<Request, F: Fn(&Request) -> u32> RequestCost<Request> for F {
+    fn cost(&self, request: &Request) -> u32 {
+        self(request)
+    }
+}
+
+/// Every request costs one unit: the default of [`KeyedLimitLayer`].
+///
+/// ```
+/// use tower_limits::limit::{RequestCost, UnitCost};
+///
+/// assert_eq!(UnitCost.cost(&"any request"), 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnitCost;
+
+impl<Request> RequestCost<Request> for UnitCost {
+    fn cost(&self, _request: &Request) -> u32 {
+        1
+    }
+}
+
+/// Applies a [`KeyedLimiter`] to a service: each request is admitted by the
+/// limiter of its key (a tenant, an API key, a route, a peer address), taken
+/// from the request by a function. One key's backlog never delays another
+/// key's admission; within a key, waiting callers go in arrival order.
+///
+/// Admission happens when the request is known, in `call`: `poll_ready` is
+/// always ready, and the response future waits for the key's admission, then
+/// for the inner service (a clone of it, so `S: Clone`), then calls it. A
+/// request dropped before the inner call gives its admission back.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// // One request per second per tenant; requests are (tenant, payload).
+/// let per_tenant = KeyedLimiter::builder(|tenant: &&'static str| {
+///     RateLimiter::builder(*tenant, 1, Duration::from_secs(1))
+///         .without_backoff()
+///         .build()
+///         .expect("valid configuration")
+/// })
+/// .build()?;
+/// let mut service = ServiceBuilder::new()
+///     .layer(KeyedLimitLayer::new(per_tenant, |(tenant, _): &(&'static str, u32)| *tenant))
+///     .service(service_fn(|(_, n): (&'static str, u32)| async move { Ok::<_, Infallible>(n) }));
+///
+/// let start = tokio::time::Instant::now();
+/// service.ready().await?.call(("acme", 1)).await?;
+/// service.ready().await?.call(("globex", 2)).await?; // another tenant: at once
+/// assert_eq!(start.elapsed(), Duration::ZERO);
+/// service.ready().await?.call(("acme", 3)).await?; // acme's second: a second later
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # Ok(())
+/// # }
+/// ```
+pub struct KeyedLimitLayer<K, L, F, C = UnitCost> {
+    keyed: KeyedLimiter<K, L>,
+    key_of: Arc<F>,
+    cost_of: Arc<C>,
+    options: Options,
+}
+
+impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost> {
+    /// A layer admitting each request by the limiter of `key_of(&request)`.
+    pub fn new(keyed: KeyedLimiter<K, L>, key_of: F) -> Self {
+        Self {
+            keyed,
+            key_of: Arc::new(key_of),
+            cost_of: Arc::new(UnitCost),
+            options: Options::default(),
+        }
+    }
+}
+
+impl<K, L, F, C> KeyedLimitLayer<K, L, F, C> {
+    /// Charges each request `cost_of(&request)` units in one decision (a
+    /// batch of 5 calls takes 5). A cost the key's limiter can never grant
+    /// fails the request with [`CostTooHigh`](crate::error::CostTooHigh).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 10,000 tokens a minute per API key; a request says how many it needs.
+    /// struct Completion { api_key: String, max_tokens: u32 }
+    /// let tokens = KeyedLimiter::builder(|key: &String| {
+    ///     RateLimiter::builder(key.clone(), 10_000, Duration::from_secs(60)).build().unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = KeyedLimitLayer::new(tokens, |request: &Completion| request.api_key.clone())
+    ///     .cost(|request: &Completion| request.max_tokens);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cost<C2>(self, cost_of: C2) -> KeyedLimitLayer<K, L, F, C2> {
+        KeyedLimitLayer {
+            keyed: self.keyed,
+            key_of: self.key_of,
+            cost_of: Arc::new(cost_of),
+            options: self.options,
+        }
+    }
+
+    /// Past `max_waiting` callers waiting on one key, a request for that key
+    /// fails at once with [`Overloaded`](crate::error::Overloaded).
+    pub fn max_waiting(mut self, max_waiting: usize) -> Self {
+        self.options.max_waiting = Some(max_waiting);
+        self
+    }
+
+    /// A request waits at most `max_wait` for admission, then fails with
+    /// [`Elapsed`](crate::error::Elapsed).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.options.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Never wait: a request its key's limiter denies fails at once with
+    /// [`Rejected`].
+    pub fn reject(mut self) -> Self {
+        self.options.reject = true;
+        self
+    }
+
+    /// The keyed limiter, for handles to keys' limiters.
+    pub fn keyed(&self) -> &KeyedLimiter<K, L> {
+        &self.keyed
+    }
+}
+
+impl<K, L, F, C> Clone for KeyedLimitLayer<K, L, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            keyed: self.keyed.clone(),
+            key_of: Arc::clone(&self.key_of),
+            cost_of: Arc::clone(&self.cost_of),
+            options: self.options,
+        }
+    }
+}
+
+impl<S, K, L, F, C> Layer<S> for KeyedLimitLayer<K, L, F, C> {
+    type Service = KeyedLimit<S, K, L, F, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KeyedLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+impl<K, L, F, C> fmt::Debug for KeyedLimitLayer<K, L, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimitLayer")
+            .field("keyed", &self.keyed)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A service whose requests are admitted by the limiter of their key; built
+/// by [`KeyedLimitLayer`], whose docs have an example.
+pub struct KeyedLimit<S, K, L, F, C = UnitCost> {
+    inner: S,
+    layer: KeyedLimitLayer<K, L, F, C>,
+}
+
+impl<S: Clone, K, L, F, C> Clone for KeyedLimit<S, K, L, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, L, F, C> fmt::Debug for KeyedLimit<S, K, L, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+/// The response future of [`KeyedLimit`]: admission, then the inner call.
+pub struct KeyedResponseFuture<T> {
+    future: Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>,
+}
+
+impl<T> Future for KeyedResponseFuture<T> {
+    type Output = Result<T, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+impl<T> fmt::Debug for KeyedResponseFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedResponseFuture")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, L, F, C, Request> Service<Request> for KeyedLimit<S, K, L, F, C>
+where
+    S: Service<Request> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    S::Response: Send + 'static,
+    Request: Send + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Clone,
+    F: Fn(&Request) -> K,
+    C: RequestCost<Request>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = KeyedResponseFuture<S::Response>;
+
+    /// Always ready: admission waits in the response future, for the key.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let layer = &self.layer;
+        let (limiter, queue) = layer.keyed.lane(&(layer.key_of)(&request));
+        let cost = layer.cost_of.cost(&request);
+        let options = layer.options;
+        let mut inner = self.inner.clone();
+        KeyedResponseFuture {
+            future: Box::pin(async move {
+                let permit = admit(&limiter, cost, &queue, options).await?;
+                let unused = Unused {
+                    limiter: &limiter,
+                    permit: Some(permit),
+                };
+                poll_fn(|cx| inner.poll_ready(cx))
+                    .await
+                    .map_err(Into::into)?;
+                let _permit = unused.into_used();
+                inner.call(request).await.map_err(Into::into)
+            }),
+        }
+    }
+}
+
+/// Admits a caller of one key: at once if nobody of that key waits and the
+/// limiter agrees, else in line.
+async fn admit<L: Limiter + Clone>(
+    limiter: &L,
+    cost: u32,
+    queue: &Arc<Queue>,
+    options: Options,
+) -> Result<Permit, BoxError> {
+    let mut denial = None;
+    if queue.is_empty() {
+        match limiter.try_acquire_many(cost).await? {
+            Admission::Granted(permit) => return Ok(permit),
+            Admission::Denied(denied) if options.reject => {
+                return Err(Rejected::new(denied.retry_at()).into());
+            }
+            Admission::Denied(denied) => denial = Some(denied),
+        }
+    }
+    wait_for_admission(limiter.clone(), cost, queue, options, denial)?.await
+}
+
+/// An admission not yet used by a call: refunded if the request is dropped
+/// (or the inner service fails) before the call.
+struct Unused<'a, L: Limiter> {
+    limiter: &'a L,
+    permit: Option<Permit>,
+}
+
+impl<L: Limiter> Unused<'_, L> {
+    fn into_used(mut self) -> Option<Permit> {
+        self.permit.take()
+    }
+}
+
+impl<L: Limiter> Drop for Unused<'_, L> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.limiter.refund(permit);
+        }
+    }
+}
