@@ -76,8 +76,9 @@ pub mod store;
 pub use clock::Clock;
 pub use limit::{
     CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, DelayLimit,
-    DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer, KeyedLimit,
-    KeyedLimitLayer, Limit, LimitLayer, NullLimit, NullLimitLayer, RateLimit, RateLimitLayer,
+    DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer, FairLimit, FairLimitLayer,
+    KeyedLimit, KeyedLimitLayer, Limit, LimitLayer, NullLimit, NullLimitLayer, RateLimit,
+    RateLimitLayer,
 };
 pub use limiter::{
     Admission, Denial, Limiter, LimiterExt, LimiterFuture, Permit, Release, ReleaseEvent,

@@ -23,14 +23,15 @@
 //! ```
 
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
+use tower_service::Service;
 
 use crate::error::BoxError;
-use crate::limiter::Permit;
+use crate::limiter::{Limiter, Permit};
 
 pin_project! {
     /// Drives the inner service's future and records the call's completion
@@ -91,5 +92,80 @@ impl<F> fmt::Debug for ResponseFuture<F> {
         f.debug_struct("ResponseFuture")
             .field("permit", &self.permit)
             .finish_non_exhaustive()
+    }
+}
+
+/// The response future of the layers that admit each request when it is
+/// called, such as [`KeyedLimit`](super::KeyedLimit): admission, then readiness of (a clone
+/// of) the inner service, then the call. An admission not used by a call,
+/// because the future was dropped or the inner service failed, is refunded.
+pub struct PerRequestFuture<T> {
+    future: Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>,
+}
+
+impl<T> PerRequestFuture<T> {
+    /// Calls `inner` with `request` once `admission` yields a permit (and the
+    /// limiter that granted it, for a refund).
+    pub(crate) fn new<S, L, Request>(
+        admission: impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static,
+        mut inner: S,
+        request: Request,
+    ) -> Self
+    where
+        S: Service<Request, Response = T> + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        L: Limiter,
+        Request: Send + 'static,
+    {
+        let future = async move {
+            let (limiter, permit) = admission.await?;
+            let unused = Unused {
+                limiter: &limiter,
+                permit: Some(permit),
+            };
+            poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(Into::into)?;
+            let _permit = unused.into_used();
+            inner.call(request).await.map_err(Into::into)
+        };
+        Self {
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl<T> Future for PerRequestFuture<T> {
+    type Output = Result<T, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+impl<T> fmt::Debug for PerRequestFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerRequestFuture").finish_non_exhaustive()
+    }
+}
+
+/// An admission not yet used by a call: refunded if dropped.
+struct Unused<'a, L: Limiter> {
+    limiter: &'a L,
+    permit: Option<Permit>,
+}
+
+impl<L: Limiter> Unused<'_, L> {
+    fn into_used(mut self) -> Option<Permit> {
+        self.permit.take()
+    }
+}
+
+impl<L: Limiter> Drop for Unused<'_, L> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.limiter.refund(permit);
+        }
     }
 }

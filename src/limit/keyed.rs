@@ -2,9 +2,7 @@
 //! taken from each request.
 
 use std::fmt;
-use std::future::{Future, poll_fn};
 use std::hash::Hash;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,6 +11,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::Options;
+use super::future::PerRequestFuture;
 use super::waiting::{Queue, wait_for_admission};
 use crate::error::{BoxError, Rejected};
 use crate::limiter::{Admission, Limiter, Permit};
@@ -220,26 +219,6 @@ impl<S: fmt::Debug, K, L, F, C> fmt::Debug for KeyedLimit<S, K, L, F, C> {
     }
 }
 
-/// The response future of [`KeyedLimit`]: admission, then the inner call.
-pub struct KeyedResponseFuture<T> {
-    future: Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>,
-}
-
-impl<T> Future for KeyedResponseFuture<T> {
-    type Output = Result<T, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.future.as_mut().poll(cx)
-    }
-}
-
-impl<T> fmt::Debug for KeyedResponseFuture<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedResponseFuture")
-            .finish_non_exhaustive()
-    }
-}
-
 impl<S, K, L, F, C, Request> Service<Request> for KeyedLimit<S, K, L, F, C>
 where
     S: Service<Request> + Clone + Send + 'static,
@@ -254,7 +233,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = KeyedResponseFuture<S::Response>;
+    type Future = PerRequestFuture<S::Response>;
 
     /// Always ready: admission waits in the response future, for the key.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
@@ -266,21 +245,11 @@ where
         let (limiter, queue) = layer.keyed.lane(&(layer.key_of)(&request));
         let cost = layer.cost_of.cost(&request);
         let options = layer.options;
-        let mut inner = self.inner.clone();
-        KeyedResponseFuture {
-            future: Box::pin(async move {
-                let permit = admit(&limiter, cost, &queue, options).await?;
-                let unused = Unused {
-                    limiter: &limiter,
-                    permit: Some(permit),
-                };
-                poll_fn(|cx| inner.poll_ready(cx))
-                    .await
-                    .map_err(Into::into)?;
-                let _permit = unused.into_used();
-                inner.call(request).await.map_err(Into::into)
-            }),
-        }
+        let admission = async move {
+            let permit = admit(&limiter, cost, &queue, options).await?;
+            Ok((limiter, permit))
+        };
+        PerRequestFuture::new(admission, self.inner.clone(), request)
     }
 }
 
@@ -303,25 +272,4 @@ async fn admit<L: Limiter + Clone>(
         }
     }
     wait_for_admission(limiter.clone(), cost, queue, options, denial)?.await
-}
-
-/// An admission not yet used by a call: refunded if the request is dropped
-/// (or the inner service fails) before the call.
-struct Unused<'a, L: Limiter> {
-    limiter: &'a L,
-    permit: Option<Permit>,
-}
-
-impl<L: Limiter> Unused<'_, L> {
-    fn into_used(mut self) -> Option<Permit> {
-        self.permit.take()
-    }
-}
-
-impl<L: Limiter> Drop for Unused<'_, L> {
-    fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            self.limiter.refund(permit);
-        }
-    }
 }

@@ -57,6 +57,7 @@
 //! several delayed callers can start back to back and break the rate (seed
 //! 004, chaining rule 1; the `layer_order` test shows both).
 
+mod fair;
 mod keyed;
 mod layer;
 mod service;
@@ -66,7 +67,8 @@ pub mod future;
 
 use std::time::Duration;
 
-pub use keyed::{KeyedLimit, KeyedLimitLayer, KeyedResponseFuture, RequestCost, UnitCost};
+pub use fair::{FairLimit, FairLimitLayer};
+pub use keyed::{KeyedLimit, KeyedLimitLayer, RequestCost, UnitCost};
 pub use layer::LimitLayer;
 pub use service::Limit;
 

@@ -70,32 +70,58 @@ async fn acquire_in_turn<L: Limiter>(
     limiter: L,
     cost: u32,
     place: Place,
-    mut denial: Option<Denial>,
+    denial: Option<Denial>,
     deadline: Option<Instant>,
 ) -> Result<Permit, BoxError> {
-    let wait = async {
+    within(deadline, async {
         let _turn = place.0.turn.lock().await;
-        loop {
-            if let Some(denial) = denial.take() {
-                if let (Some(deadline), Some(retry_at)) = (deadline, denial.retry_at())
-                    && retry_at > deadline
-                {
-                    return Err(Elapsed::new(Some(retry_at)).into());
-                }
-                denial.wait().await;
-            }
-            match limiter.try_acquire_many(cost).await? {
-                Admission::Granted(permit) => return Ok(permit),
-                Admission::Denied(next) => denial = Some(next),
-            }
-        }
-    };
+        admit_holding_turn(&limiter, cost, denial, deadline).await
+    })
+    .await
+}
+
+/// `wait`, failing with [`Elapsed`] once `deadline` passes.
+pub(crate) async fn within<T>(
+    deadline: Option<Instant>,
+    wait: impl Future<Output = Result<T, BoxError>>,
+) -> Result<T, BoxError> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, wait)
             .await
             .unwrap_or_else(|_| Err(Elapsed::new(None).into())),
         None => wait.await,
     }
+}
+
+/// Asks the limiter until it admits the caller, who holds the turn: sleeps
+/// exactly as long as each denial says (or until capacity is released), and
+/// fails with [`Elapsed`] at once when a denial names an instant past the
+/// deadline.
+pub(crate) async fn admit_holding_turn<L: Limiter>(
+    limiter: &L,
+    cost: u32,
+    mut denial: Option<Denial>,
+    deadline: Option<Instant>,
+) -> Result<Permit, BoxError> {
+    loop {
+        if let Some(denial) = denial.take() {
+            if let (Some(deadline), Some(retry_at)) = (deadline, denial.retry_at())
+                && retry_at > deadline
+            {
+                return Err(Elapsed::new(Some(retry_at)).into());
+            }
+            denial.wait().await;
+        }
+        match limiter.try_acquire_many(cost).await? {
+            Admission::Granted(permit) => return Ok(permit),
+            Admission::Denied(next) => denial = Some(next),
+        }
+    }
+}
+
+/// The deadline `max_wait` from now, if any.
+pub(crate) fn deadline(max_wait: Option<std::time::Duration>) -> Option<Instant> {
+    max_wait.map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future))
 }
 
 /// One attempt for a limiter that answers asynchronously, in reject mode.
@@ -122,9 +148,7 @@ pub(crate) fn wait_for_admission<L: Limiter>(
         return Ok(Box::pin(acquire_or_reject(limiter, cost)));
     }
     let place = queue.enter(options.max_waiting)?;
-    let deadline = options
-        .max_wait
-        .map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future));
+    let deadline = deadline(options.max_wait);
     Ok(Box::pin(acquire_in_turn(
         limiter, cost, place, denial, deadline,
     )))
