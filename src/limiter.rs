@@ -307,6 +307,44 @@ pub trait Limiter: Send + Sync + 'static {
     /// ```
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>>;
 
+    /// What a call costing `cost` would get now, without recording
+    /// anything: `None` if it would be admitted, else the [`Denial`] it
+    /// would receive (an instant, or "when a running call completes").
+    ///
+    /// Like [`can_proceed`](Limiter::can_proceed), only a hint under
+    /// concurrency. The default asks `can_proceed` and
+    /// `next_available_time`, ignoring `cost`; the limiters of this crate
+    /// answer exactly.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let start = Instant::now();
+    /// drop(limiter.try_acquire_many(8).await?);
+    /// assert!(limiter.peek(2).await?.is_none()); // two more fit now
+    /// let denial = limiter.peek(3).await?.expect("three do not fit");
+    /// assert_eq!(denial.retry_at(), Some(start + Duration::from_secs(1)));
+    /// assert!(limiter.peek(2).await?.is_none()); // peeking took nothing
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let _ = cost;
+        LimiterFuture::new(async move {
+            if self.can_proceed().await? {
+                return Ok(None);
+            }
+            Ok(Some(Denial::until(self.next_available_time().await?)))
+        })
+    }
+
     /// Records that a call has started, whether or not the limiter had room.
     ///
     /// ```
@@ -478,6 +516,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     }
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         (**self).can_proceed()
+    }
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        (**self).peek(cost)
     }
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         (**self).record_start()

@@ -168,3 +168,52 @@ async fn a_cost_of_zero_is_free() {
     let _one = grant(&limiter, 1).await;
     let _null = grant(&NullLimiter, 1_000_000).await;
 }
+
+/// What `peek(cost)` says, and that it took nothing: the same peek again
+/// says the same, and the call it promised is admitted.
+async fn assert_peek_is_free(limiter: &impl Limiter, cost: u32) -> Option<Option<Instant>> {
+    let first = limiter.peek(cost).await.unwrap().map(|d| d.retry_at());
+    let second = limiter.peek(cost).await.unwrap().map(|d| d.retry_at());
+    assert_eq!(first, second, "peeking changed the limiter");
+    let admitted = matches!(
+        limiter.try_acquire_many(cost).await,
+        Ok(Admission::Granted(_))
+    );
+    assert_eq!(admitted, first.is_none(), "peek and acquire disagree");
+    first
+}
+
+#[tokio::test(start_paused = true)]
+async fn peek_tells_what_a_call_would_get_without_taking_it() {
+    let start = Instant::now();
+    let rate = window(10, secs(1));
+    let _eight = grant(&rate, 8).await;
+    assert_eq!(
+        assert_peek_is_free(&rate, 3).await,
+        Some(Some(start + secs(1)))
+    );
+    assert_eq!(assert_peek_is_free(&rate, 2).await, None);
+
+    let concurrency = ConcurrencyLimiter::new(3).unwrap();
+    let _two = grant(&concurrency, 2).await;
+    assert_eq!(assert_peek_is_free(&concurrency, 2).await, Some(None));
+    assert_eq!(assert_peek_is_free(&concurrency, 1).await, None);
+
+    let delay = DelayLimiter::new(Duration::from_millis(100)).unwrap();
+    assert_eq!(assert_peek_is_free(&delay, 2).await, None);
+    let reopens = start + Duration::from_millis(200);
+    assert_eq!(assert_peek_is_free(&delay, 1).await, Some(Some(reopens)));
+
+    let spaced = EvenlySpacedRateLimiter::new(4, secs(4)).unwrap();
+    assert_eq!(assert_peek_is_free(&spaced, 4).await, None);
+    assert!(assert_peek_is_free(&spaced, 1).await.is_some());
+
+    let composite = CompositeLimiter::new()
+        .with(window(1, secs(5)))
+        .with(NullLimiter);
+    assert_eq!(assert_peek_is_free(&composite, 1).await, None);
+    assert_eq!(
+        assert_peek_is_free(&composite, 1).await,
+        Some(Some(start + secs(5)))
+    );
+}

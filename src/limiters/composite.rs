@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use tokio::time::Instant;
 
 use crate::error::LimiterError;
-use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 
 type Parts = Arc<[Arc<dyn Limiter>]>;
 
@@ -231,6 +231,19 @@ impl Limiter for CompositeLimiter {
                 }
             }
             Ok(true)
+        })
+    }
+
+    /// The first part's denial, in order.
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let parts = self.snapshot();
+        LimiterFuture::new(async move {
+            for part in parts.iter() {
+                if let Some(denial) = part.peek(cost).await? {
+                    return Ok(Some(denial));
+                }
+            }
+            Ok(None)
         })
     }
 

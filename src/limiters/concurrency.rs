@@ -200,6 +200,15 @@ impl ConcurrencyState {
         self.max_concurrent.load(Ordering::SeqCst)
     }
 
+    /// What a call costing `cost` would get now.
+    fn peek(&self, cost: u32) -> Option<Denial> {
+        if let Some(until) = self.paused_until() {
+            return Some(Denial::until(self.clock.instant_at(until)));
+        }
+        let fits = self.slots.running() + cost as usize <= self.max();
+        (!fits).then(|| Denial::until_released(self.released.listen()))
+    }
+
     /// The pause's end, if one is in force now.
     #[inline]
     fn paused_until(&self) -> Option<u64> {
@@ -312,9 +321,11 @@ impl Limiter for ConcurrencyLimiter {
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
-        let state = &self.state;
-        let free = state.slots.running() < state.max();
-        LimiterFuture::ready(Ok(free && state.paused_until().is_none()))
+        LimiterFuture::ready(Ok(self.state.peek(1).is_none()))
+    }
+
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        LimiterFuture::ready(Ok(self.state.peek(cost)))
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {

@@ -169,6 +169,12 @@ impl DelayState {
         self.delay.load(Ordering::Relaxed)
     }
 
+    /// The end of the gap after the last start, if it is still open.
+    fn closed_until(&self) -> Option<u64> {
+        let next = self.next_available.load(Ordering::Acquire);
+        (self.clock.now_nanos() < next).then_some(next)
+    }
+
     #[inline]
     fn admit(&self, cost: u32) -> Admission {
         self.reopened.decide(|| self.decide(cost))
@@ -210,9 +216,16 @@ impl Limiter for DelayLimiter {
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        LimiterFuture::ready(Ok(self.state.closed_until().is_none()))
+    }
+
+    /// The gap, whatever the cost: a cost lengthens the gap after a start.
+    fn peek(&self, _cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let state = &self.state;
-        let open = state.clock.now_nanos() >= state.next_available.load(Ordering::Acquire);
-        LimiterFuture::ready(Ok(open))
+        let denial = state
+            .closed_until()
+            .map(|until| Denial::until(state.clock.instant_at(until)));
+        LimiterFuture::ready(Ok(denial))
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {

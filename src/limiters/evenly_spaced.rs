@@ -307,6 +307,15 @@ impl Limiter for EvenlySpacedRateLimiter {
         LimiterFuture::ready(Ok(blocked.is_none()))
     }
 
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let state = &self.state;
+        let now = state.clock.now_nanos();
+        let blocked = state.blocked_until(&mut state.lock(), now, cost);
+        LimiterFuture::ready(Ok(
+            blocked.map(|at| Denial::until(state.clock.instant_at(at)))
+        ))
+    }
+
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let now = self.state.clock.now_nanos();
         let mut spacing = self.state.lock();

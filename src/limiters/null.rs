@@ -3,7 +3,7 @@
 use tokio::time::Instant;
 
 use crate::error::LimiterError;
-use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 
 /// A limiter that admits everything; the default when no limit is configured.
 ///
@@ -30,6 +30,10 @@ impl Limiter for NullLimiter {
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         LimiterFuture::ready(Ok(true))
+    }
+
+    fn peek(&self, _cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        LimiterFuture::ready(Ok(None))
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {

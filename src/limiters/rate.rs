@@ -342,6 +342,16 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         }
     }
 
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let shared = &*self.shared;
+        let peek = shared.store.peek(&shared.key, shared.policy.load(), cost);
+        let denial = |blocked: Option<Instant>| blocked.map(Denial::until);
+        match peek.into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(denial)),
+            Err(pending) => LimiterFuture::new(async move { Ok(denial(pending.await?)) }),
+        }
+    }
+
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let shared = &*self.shared;
         let policy = shared.policy.load();
