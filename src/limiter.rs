@@ -474,6 +474,40 @@ pub trait Limiter: Send + Sync + 'static {
         permit.refund_held();
     }
 
+    /// Settles an estimated cost once the real one is known (the tokens an
+    /// LLM call used are only known from its response): gives back the
+    /// difference when `actual` is lower than the permit's cost, charges it
+    /// when higher, and makes `actual` the permit's cost.
+    ///
+    /// Charging can take a window or a bucket past its limit for a while;
+    /// later calls then wait for it, so the limit holds on average. The
+    /// default keeps the estimate (the permit is unchanged); the limiters of
+    /// this crate settle.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 1,000 tokens a minute; a call reserves its estimate of 600.
+    /// let tokens = RateLimiter::builder("llm", 1_000, Duration::from_secs(60))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let Admission::Granted(mut call) = tokens.try_acquire_many(600).await? else {
+    ///     unreachable!()
+    /// };
+    /// assert!(tokens.peek(500).await?.is_some());
+    /// tokens.settle(&mut call, 250); // the response says 250 were used
+    /// assert_eq!(call.cost(), 250);
+    /// assert!(tokens.peek(750).await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        let _ = (permit, actual);
+    }
+
     /// The `Duration` form of
     /// [`set_next_available_time`](Limiter::set_next_available_time): pauses
     /// for `delay` from now.
@@ -537,6 +571,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     }
     fn refund(&self, permit: Permit) {
         (**self).refund(permit);
+    }
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        (**self).settle(permit, actual);
     }
 }
 
@@ -1157,6 +1194,28 @@ impl Permit {
         let token = self.token();
         self.kind = PermitKind::Unit;
         (token, self.cost)
+    }
+
+    /// Changes the cost (and, for a permit that has one, the token) after a
+    /// limiter settled it.
+    pub(crate) fn settled(&mut self, cost: u32, token: Option<u64>) {
+        self.cost = cost;
+        if let (Some(new), PermitKind::Token(token) | PermitKind::Held { token, .. }) =
+            (token, &mut self.kind)
+        {
+            *token = new;
+        }
+    }
+
+    /// The permits of a [`Permit::many`], to settle one by one.
+    pub(crate) fn parts_mut(&mut self) -> &mut [Permit] {
+        if !matches!(self.kind, PermitKind::Many(_)) {
+            return std::slice::from_mut(self);
+        }
+        match &mut self.kind {
+            PermitKind::Many(permits) => permits,
+            _ => &mut [],
+        }
     }
 
     /// Returns an unused permit through its [`Release::refund`], if it has one.

@@ -217,3 +217,96 @@ async fn peek_tells_what_a_call_would_get_without_taking_it() {
         Some(Some(start + secs(5)))
     );
 }
+
+async fn settle_to(limiter: &impl Limiter, estimate: u32, actual: u32) -> Permit {
+    let mut permit = grant(limiter, estimate).await;
+    limiter.settle(&mut permit, actual);
+    assert_eq!(permit.cost(), actual);
+    permit
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_below_the_estimate_gives_the_difference_back() {
+    let start = Instant::now();
+    let rate = window(10, secs(1));
+    let _call = settle_to(&rate, 8, 3).await;
+    assert!(rate.peek(7).await.unwrap().is_none(), "5 of 8 came back");
+    assert!(rate.peek(8).await.unwrap().is_some());
+
+    let concurrency = ConcurrencyLimiter::new(4).unwrap();
+    let call = settle_to(&concurrency, 4, 1).await;
+    assert_eq!(concurrency.running(), 1);
+    drop(call);
+    assert_eq!(
+        concurrency.running(),
+        0,
+        "the settled cost is what is released"
+    );
+
+    let delay = DelayLimiter::new(Duration::from_millis(100)).unwrap();
+    let _call = settle_to(&delay, 5, 1).await;
+    let reopens = start + Duration::from_millis(100);
+    assert_eq!(denied_until(&delay, 1).await, Some(reopens));
+
+    let spaced = EvenlySpacedRateLimiter::new(10, secs(10)).unwrap();
+    let _call = settle_to(&spaced, 4, 2).await;
+    assert_eq!(denied_until(&spaced, 1).await, Some(start + secs(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_above_the_estimate_charges_the_difference() {
+    let start = Instant::now();
+    let rate = window(10, secs(1));
+    let _call = settle_to(&rate, 2, 12).await;
+    // Over the limit for a while: nothing fits until the window slides.
+    assert_eq!(denied_until(&rate, 1).await, Some(start + secs(1)));
+
+    let concurrency = ConcurrencyLimiter::new(2).unwrap();
+    let call = settle_to(&concurrency, 1, 3).await;
+    assert_eq!(concurrency.running(), 3);
+    drop(call);
+    assert_eq!(concurrency.running(), 0);
+
+    let delay = DelayLimiter::new(Duration::from_millis(100)).unwrap();
+    let _call = settle_to(&delay, 1, 4).await;
+    let reopens = start + Duration::from_millis(400);
+    assert_eq!(denied_until(&delay, 1).await, Some(reopens));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_composite_settles_every_part() {
+    let rate = window(10, secs(1));
+    let concurrency = ConcurrencyLimiter::new(10).unwrap();
+    let composite = CompositeLimiter::new()
+        .with(rate.clone())
+        .with(concurrency.clone());
+    let _call = settle_to(&composite, 6, 2).await;
+    assert_eq!(concurrency.running(), 2);
+    assert!(rate.peek(8).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_keyed_layer_settles_with_the_cost_the_response_reports() {
+    use std::convert::Infallible;
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+    use tower_limits::{KeyedLimitLayer, KeyedLimiter};
+
+    // 100 tokens a second per key; requests reserve 60, replies use 10.
+    let tokens = KeyedLimiter::builder(|_: &u8| window(100, secs(1)))
+        .build()
+        .unwrap();
+    let mut service = ServiceBuilder::new()
+        .layer(
+            KeyedLimitLayer::new(tokens.clone(), |_: &u32| 1u8)
+                .cost(|estimate: &u32| *estimate)
+                .settle(|used: &u32| Some(*used)),
+        )
+        .service(service_fn(|_: u32| async { Ok::<_, Infallible>(10u32) }));
+    let start = Instant::now();
+    for _ in 0..5 {
+        service.ready().await.unwrap().call(60).await.unwrap();
+    }
+    // Without settling, the second call would have waited a second.
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(tokens.limiter(&1).peek(50).await.unwrap().is_none());
+}

@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use super::Options;
 use super::future::PerRequestFuture;
-use super::keyed::{RequestCost, UnitCost};
+use super::keyed::{KeepEstimate, RequestCost, ResponseCost, UnitCost};
 use super::waiting::{admit_holding_turn, deadline, within};
 use crate::error::{BoxError, Overloaded};
 use crate::limiter::Limiter;
@@ -60,16 +60,17 @@ type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
 /// # Ok(())
 /// # }
 /// ```
-pub struct FairLimitLayer<K, L, F, C = UnitCost> {
+pub struct FairLimitLayer<K, L, F, C = UnitCost, G = KeepEstimate> {
     limiter: L,
     key_of: Arc<F>,
     cost_of: Arc<C>,
+    settle_with: Arc<G>,
     weigh: Option<Arc<Weigh<K>>>,
     queue: Arc<FairQueue<K>>,
     options: Options,
 }
 
-impl<K, L, F> FairLimitLayer<K, L, F, UnitCost> {
+impl<K, L, F> FairLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// A layer sharing `limiter` fairly among the keys `key_of` takes from
     /// requests.
     pub fn new(limiter: L, key_of: F) -> Self {
@@ -77,6 +78,7 @@ impl<K, L, F> FairLimitLayer<K, L, F, UnitCost> {
             limiter,
             key_of: Arc::new(key_of),
             cost_of: Arc::new(UnitCost),
+            settle_with: Arc::new(KeepEstimate),
             weigh: None,
             queue: Arc::new(FairQueue::new()),
             options: Options::default(),
@@ -84,7 +86,7 @@ impl<K, L, F> FairLimitLayer<K, L, F, UnitCost> {
     }
 }
 
-impl<K, L, F, C> FairLimitLayer<K, L, F, C> {
+impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// Gives each key `weigh(&key)` turns per round (at least 1; default 1).
     ///
     /// ```
@@ -101,11 +103,26 @@ impl<K, L, F, C> FairLimitLayer<K, L, F, C> {
     }
 
     /// Charges each request `cost_of(&request)` units of the shared limit.
-    pub fn cost<C2>(self, cost_of: C2) -> FairLimitLayer<K, L, F, C2> {
+    pub fn cost<C2>(self, cost_of: C2) -> FairLimitLayer<K, L, F, C2, G> {
         FairLimitLayer {
             limiter: self.limiter,
             key_of: self.key_of,
             cost_of: Arc::new(cost_of),
+            settle_with: self.settle_with,
+            weigh: self.weigh,
+            queue: self.queue,
+            options: self.options,
+        }
+    }
+
+    /// Estimate, then settle: `settle_with(&response)` tells a successful
+    /// call's real cost; see [`KeyedLimitLayer::settle`](super::KeyedLimitLayer::settle).
+    pub fn settle<G2>(self, settle_with: G2) -> FairLimitLayer<K, L, F, C, G2> {
+        FairLimitLayer {
+            limiter: self.limiter,
+            key_of: self.key_of,
+            cost_of: self.cost_of,
+            settle_with: Arc::new(settle_with),
             weigh: self.weigh,
             queue: self.queue,
             options: self.options,
@@ -127,12 +144,13 @@ impl<K, L, F, C> FairLimitLayer<K, L, F, C> {
     }
 }
 
-impl<K, L: Clone, F, C> Clone for FairLimitLayer<K, L, F, C> {
+impl<K, L: Clone, F, C, G> Clone for FairLimitLayer<K, L, F, C, G> {
     fn clone(&self) -> Self {
         Self {
             limiter: self.limiter.clone(),
             key_of: Arc::clone(&self.key_of),
             cost_of: Arc::clone(&self.cost_of),
+            settle_with: Arc::clone(&self.settle_with),
             weigh: self.weigh.clone(),
             queue: Arc::clone(&self.queue),
             options: self.options,
@@ -140,7 +158,7 @@ impl<K, L: Clone, F, C> Clone for FairLimitLayer<K, L, F, C> {
     }
 }
 
-impl<K, L: fmt::Debug, F, C> fmt::Debug for FairLimitLayer<K, L, F, C> {
+impl<K, L: fmt::Debug, F, C, G> fmt::Debug for FairLimitLayer<K, L, F, C, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairLimitLayer")
             .field("limiter", &self.limiter)
@@ -149,8 +167,8 @@ impl<K, L: fmt::Debug, F, C> fmt::Debug for FairLimitLayer<K, L, F, C> {
     }
 }
 
-impl<S, K, L: Clone, F, C> Layer<S> for FairLimitLayer<K, L, F, C> {
-    type Service = FairLimit<S, K, L, F, C>;
+impl<S, K, L: Clone, F, C, G> Layer<S> for FairLimitLayer<K, L, F, C, G> {
+    type Service = FairLimit<S, K, L, F, C, G>;
 
     fn layer(&self, inner: S) -> Self::Service {
         FairLimit {
@@ -162,12 +180,12 @@ impl<S, K, L: Clone, F, C> Layer<S> for FairLimitLayer<K, L, F, C> {
 
 /// A service sharing one limiter fairly among request keys; built by
 /// [`FairLimitLayer`], whose docs have an example.
-pub struct FairLimit<S, K, L, F, C = UnitCost> {
+pub struct FairLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> {
     inner: S,
-    layer: FairLimitLayer<K, L, F, C>,
+    layer: FairLimitLayer<K, L, F, C, G>,
 }
 
-impl<S: Clone, K, L: Clone, F, C> Clone for FairLimit<S, K, L, F, C> {
+impl<S: Clone, K, L: Clone, F, C, G> Clone for FairLimit<S, K, L, F, C, G> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -176,7 +194,7 @@ impl<S: Clone, K, L: Clone, F, C> Clone for FairLimit<S, K, L, F, C> {
     }
 }
 
-impl<S: fmt::Debug, K, L: fmt::Debug, F, C> fmt::Debug for FairLimit<S, K, L, F, C> {
+impl<S: fmt::Debug, K, L: fmt::Debug, F, C, G> fmt::Debug for FairLimit<S, K, L, F, C, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairLimit")
             .field("inner", &self.inner)
@@ -185,7 +203,7 @@ impl<S: fmt::Debug, K, L: fmt::Debug, F, C> fmt::Debug for FairLimit<S, K, L, F,
     }
 }
 
-impl<S, K, L, F, C, Request> Service<Request> for FairLimit<S, K, L, F, C>
+impl<S, K, L, F, C, G, Request> Service<Request> for FairLimit<S, K, L, F, C, G>
 where
     S: Service<Request> + Clone + Send + 'static,
     S::Future: Send,
@@ -196,6 +214,7 @@ where
     L: Limiter + Clone,
     F: Fn(&Request) -> K,
     C: RequestCost<Request>,
+    G: ResponseCost<S::Response> + Send + Sync + 'static,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -225,7 +244,8 @@ where
             .await?;
             Ok((limiter, permit))
         };
-        PerRequestFuture::new(admission, self.inner.clone(), request)
+        let settle_with = Arc::clone(&self.layer.settle_with);
+        PerRequestFuture::new(admission, self.inner.clone(), request, settle_with)
     }
 }
 

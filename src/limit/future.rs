@@ -25,11 +25,13 @@
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::keyed::ResponseCost;
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 
@@ -105,11 +107,13 @@ pub struct PerRequestFuture<T> {
 
 impl<T> PerRequestFuture<T> {
     /// Calls `inner` with `request` once `admission` yields a permit (and the
-    /// limiter that granted it, for a refund).
-    pub(crate) fn new<S, L, Request>(
+    /// limiter that granted it, for a refund), then settles the call's cost
+    /// with what `settle_with` reads from the response.
+    pub(crate) fn new<S, L, Request, G>(
         admission: impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static,
         mut inner: S,
         request: Request,
+        settle_with: Arc<G>,
     ) -> Self
     where
         S: Service<Request, Response = T> + Send + 'static,
@@ -117,6 +121,7 @@ impl<T> PerRequestFuture<T> {
         S::Error: Into<BoxError>,
         L: Limiter,
         Request: Send + 'static,
+        G: ResponseCost<T> + Send + Sync + 'static,
     {
         let future = async move {
             let (limiter, permit) = admission.await?;
@@ -127,8 +132,12 @@ impl<T> PerRequestFuture<T> {
             poll_fn(|cx| inner.poll_ready(cx))
                 .await
                 .map_err(Into::into)?;
-            let _permit = unused.into_used();
-            inner.call(request).await.map_err(Into::into)
+            let mut permit = unused.into_used();
+            let response = inner.call(request).await.map_err(Into::into)?;
+            if let (Some(permit), Some(actual)) = (permit.as_mut(), settle_with.cost(&response)) {
+                limiter.settle(permit, actual);
+            }
+            Ok(response)
         };
         Self {
             future: Box::pin(future),

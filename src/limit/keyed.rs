@@ -47,6 +47,39 @@ impl<Request> RequestCost<Request> for UnitCost {
     }
 }
 
+/// The real cost of a call, read from its response; see
+/// [`KeyedLimitLayer::settle`].
+///
+/// Implemented for closures `Fn(&Response) -> Option<u32>` and for
+/// [`KeepEstimate`].
+pub trait ResponseCost<Response> {
+    /// The call's real cost, if the response tells it.
+    fn cost(&self, response: &Response) -> Option<u32>;
+}
+
+impl<Response, F: Fn(&Response) -> Option<u32>> ResponseCost<Response> for F {
+    fn cost(&self, response: &Response) -> Option<u32> {
+        self(response)
+    }
+}
+
+/// Keeps the cost charged at admission: the default of the per-request
+/// layers.
+///
+/// ```
+/// use tower_limits::limit::{KeepEstimate, ResponseCost};
+///
+/// assert_eq!(KeepEstimate.cost(&"any response"), None);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepEstimate;
+
+impl<Response> ResponseCost<Response> for KeepEstimate {
+    fn cost(&self, _response: &Response) -> Option<u32> {
+        None
+    }
+}
+
 /// Applies a [`KeyedLimiter`] to a service: each request is admitted by the
 /// limiter of its key (a tenant, an API key, a route, a peer address), taken
 /// from the request by a function. One key's backlog never delays another
@@ -86,26 +119,28 @@ impl<Request> RequestCost<Request> for UnitCost {
 /// # Ok(())
 /// # }
 /// ```
-pub struct KeyedLimitLayer<K, L, F, C = UnitCost> {
+pub struct KeyedLimitLayer<K, L, F, C = UnitCost, G = KeepEstimate> {
     keyed: KeyedLimiter<K, L>,
     key_of: Arc<F>,
     cost_of: Arc<C>,
+    settle_with: Arc<G>,
     options: Options,
 }
 
-impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost> {
+impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// A layer admitting each request by the limiter of `key_of(&request)`.
     pub fn new(keyed: KeyedLimiter<K, L>, key_of: F) -> Self {
         Self {
             keyed,
             key_of: Arc::new(key_of),
             cost_of: Arc::new(UnitCost),
+            settle_with: Arc::new(KeepEstimate),
             options: Options::default(),
         }
     }
 }
 
-impl<K, L, F, C> KeyedLimitLayer<K, L, F, C> {
+impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// Charges each request `cost_of(&request)` units in one decision (a
     /// batch of 5 calls takes 5). A cost the key's limiter can never grant
     /// fails the request with [`CostTooHigh`](crate::error::CostTooHigh).
@@ -127,11 +162,45 @@ impl<K, L, F, C> KeyedLimitLayer<K, L, F, C> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn cost<C2>(self, cost_of: C2) -> KeyedLimitLayer<K, L, F, C2> {
+    pub fn cost<C2>(self, cost_of: C2) -> KeyedLimitLayer<K, L, F, C2, G> {
         KeyedLimitLayer {
             keyed: self.keyed,
             key_of: self.key_of,
             cost_of: Arc::new(cost_of),
+            settle_with: self.settle_with,
+            options: self.options,
+        }
+    }
+
+    /// Estimate, then settle: once a call succeeds, `settle_with(&response)`
+    /// tells its real cost, and the difference from the charged estimate is
+    /// given back or charged ([`Limiter::settle`]). For quotas known only
+    /// from the response, like an LLM API's tokens per minute.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// struct Completion { api_key: String, max_tokens: u32 }
+    /// struct Reply { tokens_used: u32 }
+    /// let tokens = KeyedLimiter::builder(|key: &String| {
+    ///     RateLimiter::builder(key.clone(), 10_000, Duration::from_secs(60)).build().unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = KeyedLimitLayer::new(tokens, |request: &Completion| request.api_key.clone())
+    ///     .cost(|request: &Completion| request.max_tokens)
+    ///     .settle(|reply: &Reply| Some(reply.tokens_used));
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn settle<G2>(self, settle_with: G2) -> KeyedLimitLayer<K, L, F, C, G2> {
+        KeyedLimitLayer {
+            keyed: self.keyed,
+            key_of: self.key_of,
+            cost_of: self.cost_of,
+            settle_with: Arc::new(settle_with),
             options: self.options,
         }
     }
@@ -163,19 +232,20 @@ impl<K, L, F, C> KeyedLimitLayer<K, L, F, C> {
     }
 }
 
-impl<K, L, F, C> Clone for KeyedLimitLayer<K, L, F, C> {
+impl<K, L, F, C, G> Clone for KeyedLimitLayer<K, L, F, C, G> {
     fn clone(&self) -> Self {
         Self {
             keyed: self.keyed.clone(),
             key_of: Arc::clone(&self.key_of),
             cost_of: Arc::clone(&self.cost_of),
+            settle_with: Arc::clone(&self.settle_with),
             options: self.options,
         }
     }
 }
 
-impl<S, K, L, F, C> Layer<S> for KeyedLimitLayer<K, L, F, C> {
-    type Service = KeyedLimit<S, K, L, F, C>;
+impl<S, K, L, F, C, G> Layer<S> for KeyedLimitLayer<K, L, F, C, G> {
+    type Service = KeyedLimit<S, K, L, F, C, G>;
 
     fn layer(&self, inner: S) -> Self::Service {
         KeyedLimit {
@@ -185,7 +255,7 @@ impl<S, K, L, F, C> Layer<S> for KeyedLimitLayer<K, L, F, C> {
     }
 }
 
-impl<K, L, F, C> fmt::Debug for KeyedLimitLayer<K, L, F, C> {
+impl<K, L, F, C, G> fmt::Debug for KeyedLimitLayer<K, L, F, C, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimitLayer")
             .field("keyed", &self.keyed)
@@ -196,12 +266,12 @@ impl<K, L, F, C> fmt::Debug for KeyedLimitLayer<K, L, F, C> {
 
 /// A service whose requests are admitted by the limiter of their key; built
 /// by [`KeyedLimitLayer`], whose docs have an example.
-pub struct KeyedLimit<S, K, L, F, C = UnitCost> {
+pub struct KeyedLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> {
     inner: S,
-    layer: KeyedLimitLayer<K, L, F, C>,
+    layer: KeyedLimitLayer<K, L, F, C, G>,
 }
 
-impl<S: Clone, K, L, F, C> Clone for KeyedLimit<S, K, L, F, C> {
+impl<S: Clone, K, L, F, C, G> Clone for KeyedLimit<S, K, L, F, C, G> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -210,7 +280,7 @@ impl<S: Clone, K, L, F, C> Clone for KeyedLimit<S, K, L, F, C> {
     }
 }
 
-impl<S: fmt::Debug, K, L, F, C> fmt::Debug for KeyedLimit<S, K, L, F, C> {
+impl<S: fmt::Debug, K, L, F, C, G> fmt::Debug for KeyedLimit<S, K, L, F, C, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimit")
             .field("inner", &self.inner)
@@ -219,7 +289,7 @@ impl<S: fmt::Debug, K, L, F, C> fmt::Debug for KeyedLimit<S, K, L, F, C> {
     }
 }
 
-impl<S, K, L, F, C, Request> Service<Request> for KeyedLimit<S, K, L, F, C>
+impl<S, K, L, F, C, G, Request> Service<Request> for KeyedLimit<S, K, L, F, C, G>
 where
     S: Service<Request> + Clone + Send + 'static,
     S::Future: Send,
@@ -230,6 +300,7 @@ where
     L: Limiter + Clone,
     F: Fn(&Request) -> K,
     C: RequestCost<Request>,
+    G: ResponseCost<S::Response> + Send + Sync + 'static,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -249,7 +320,8 @@ where
             let permit = admit(&limiter, cost, &queue, options).await?;
             Ok((limiter, permit))
         };
-        PerRequestFuture::new(admission, self.inner.clone(), request)
+        let settle_with = Arc::clone(&self.layer.settle_with);
+        PerRequestFuture::new(admission, self.inner.clone(), request, settle_with)
     }
 }
 

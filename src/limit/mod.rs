@@ -68,13 +68,13 @@ pub mod future;
 use std::time::Duration;
 
 pub use fair::{FairLimit, FairLimitLayer};
-pub use keyed::{KeyedLimit, KeyedLimitLayer, RequestCost, UnitCost};
+pub use keyed::{KeepEstimate, KeyedLimit, KeyedLimitLayer, RequestCost, ResponseCost, UnitCost};
 pub use layer::LimitLayer;
 pub use service::Limit;
 
 use crate::limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, NullLimiter,
-    RateLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, GcraLimiter,
+    NullLimiter, RateLimiter, TokenBucketLimiter,
 };
 use crate::store::MemoryStore;
 
@@ -161,6 +161,24 @@ pub type EvenlySpacedRateLimitLayer = LimitLayer<EvenlySpacedRateLimiter>;
 ///
 /// Used like [`RateLimit`], which has an example.
 pub type EvenlySpacedRateLimit<S> = Limit<S, EvenlySpacedRateLimiter>;
+
+/// A layer applying a [`GcraLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
+pub type GcraLimitLayer = LimitLayer<GcraLimiter>;
+/// A service limited by a [`GcraLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
+pub type GcraLimit<S> = Limit<S, GcraLimiter>;
+
+/// A layer applying a [`TokenBucketLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
+pub type TokenBucketLimitLayer = LimitLayer<TokenBucketLimiter>;
+/// A service limited by a [`TokenBucketLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
+pub type TokenBucketLimit<S> = Limit<S, TokenBucketLimiter>;
 
 /// A layer applying a [`CompositeLimiter`].
 ///

@@ -277,6 +277,14 @@ impl Limiter for CompositeLimiter {
     fn refund(&self, permit: Permit) {
         refund_to(&self.snapshot(), permit.into_parts());
     }
+
+    /// Settles each part's share of the permit.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        for (part, share) in self.snapshot().iter().zip(permit.parts_mut()) {
+            part.settle(share, actual);
+        }
+        permit.settled(actual, None);
+    }
 }
 
 impl fmt::Debug for CompositeLimiter {

@@ -247,6 +247,20 @@ impl ConcurrencyState {
     }
 }
 
+impl ConcurrencyState {
+    /// Holds `to` slots instead of the `from` a permit of `generation` took.
+    fn resettle(&self, generation: u64, from: u32, to: u32) {
+        if to < from {
+            if self.slots.release(Some(generation), u64::from(from - to)) {
+                self.released.notify();
+            }
+        } else {
+            self.slots
+                .force_take(Some(generation), u64::from(to - from));
+        }
+    }
+}
+
 impl Release for ConcurrencyState {
     #[inline]
     fn complete(self: Arc<Self>, token: u64) {
@@ -281,9 +295,15 @@ impl Slots {
         self.update(|word| ((word & RUNNING) + cost <= max as u64).then_some(word + cost))
     }
 
-    /// Takes a slot whatever the maximum (the seed's `record_start`).
-    fn force_take(&self) {
-        self.update(|word| ((word & RUNNING) < RUNNING).then_some(word + 1));
+    /// Takes `count` slots of `generation` (of any, if `None`) whatever the
+    /// maximum: the seed's `record_start`, or a settled cost above the
+    /// estimate.
+    fn force_take(&self, generation: Option<u64>, count: u64) {
+        self.update(|word| {
+            let current = generation.is_none_or(|generation| word >> 32 == generation);
+            let room = RUNNING - (word & RUNNING);
+            current.then(|| word + count.min(room))
+        });
     }
 
     /// Frees `count` slots of `generation` (of any, if `None`), never going
@@ -328,8 +348,19 @@ impl Limiter for ConcurrencyLimiter {
         LimiterFuture::ready(Ok(self.state.peek(cost)))
     }
 
+    /// A running call holds `actual` slots from now on: fewer frees some
+    /// at once, more takes them even past the maximum.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        let Some(token) = permit.token() else {
+            return;
+        };
+        let (generation, from) = (token >> 32, permit.cost());
+        self.state.resettle(generation, from, actual);
+        permit.settled(actual, Some(generation << 32 | u64::from(actual)));
+    }
+
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.state.slots.force_take();
+        self.state.slots.force_take(None, 1);
         LimiterFuture::ready(Ok(()))
     }
 

@@ -169,6 +169,27 @@ impl DelayState {
         self.delay.load(Ordering::Relaxed)
     }
 
+    /// Turns the gap that a start costing `from` opened into `to` delays: a
+    /// shorter one only if nothing moved the gap since, a longer one always.
+    fn regap(&self, start: u64, from: u32, to: u32) {
+        let (old, new) = (
+            start.saturating_add(self.gap(from)),
+            start.saturating_add(self.gap(to)),
+        );
+        let moved = self.next_available.compare_exchange(
+            old,
+            new.max(start),
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
+        if moved.is_err() && new > old {
+            self.next_available.fetch_max(new, Ordering::SeqCst);
+        }
+        if to < from {
+            self.reopened.notify();
+        }
+    }
+
     /// The end of the gap after the last start, if it is still open.
     fn closed_until(&self) -> Option<u64> {
         let next = self.next_available.load(Ordering::Acquire);
@@ -263,17 +284,16 @@ impl Limiter for DelayLimiter {
     /// Reopens the gap the permit's start closed, unless something moved it
     /// since.
     fn refund(&self, permit: Permit) {
-        let (Some(start), cost) = permit.disarm() else {
-            return;
-        };
-        let reopened = self.state.next_available.compare_exchange(
-            start.saturating_add(self.state.gap(cost)),
-            start,
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        );
-        if reopened.is_ok() {
-            self.state.reopened.notify();
+        if let (Some(start), cost) = permit.disarm() {
+            self.state.regap(start, cost, 0);
+        }
+    }
+
+    /// Moves the gap after the permit's start to `actual` delays.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        if let Some(start) = permit.token() {
+            self.state.regap(start, permit.cost(), actual);
+            permit.settled(actual, None);
         }
     }
 }

@@ -245,24 +245,48 @@ impl SpacingState {
             .extend(std::iter::repeat_n(now, cost as usize));
         let excess = spacing.starts.len().saturating_sub(self.max_executions);
         spacing.starts.drain(..excess);
-        let interval = self.interval.saturating_mul(u64::from(cost));
-        let wait = interval.saturating_sub(spacing.mean_duration());
+        let wait = self.wait(spacing, cost);
         spacing.next_available = spacing.next_available.max(now.saturating_add(wait));
     }
 
-    /// Gives back the `cost` starts recorded at `start`.
-    fn give_back(&self, start: u64, cost: u32) {
+    /// The spacing after a start costing `cost`: `cost` intervals less the
+    /// mean call duration.
+    fn wait(&self, spacing: &Spacing, cost: u32) -> u64 {
+        let interval = self.interval.saturating_mul(u64::from(cost));
+        interval.saturating_sub(spacing.mean_duration())
+    }
+
+    /// Turns the `from` starts recorded at `start` into `to` (0: gives them
+    /// back), and the spacing after them.
+    fn respace(&self, start: u64, from: u32, to: u32) {
         let mut spacing = self.lock();
-        for _ in 0..cost {
+        for _ in to..from {
             if let Some(index) = spacing.starts.iter().rposition(|&s| s == start) {
                 spacing.starts.remove(index);
             }
         }
-        if let Some((_, previous)) = spacing.last_grant.take_if(|(ticket, _)| *ticket == start) {
-            spacing.next_available = previous;
+        let at = spacing.starts.partition_point(|&s| s <= start);
+        for _ in from..to {
+            spacing.starts.insert(at, start);
+        }
+        let respaced = start.saturating_add(self.wait(&spacing, to));
+        match spacing.last_grant {
+            // The last grant: its spacing is the one in force.
+            Some((ticket, previous)) if ticket == start => {
+                spacing.next_available = if to == 0 {
+                    spacing.last_grant = None;
+                    previous
+                } else {
+                    previous.max(respaced)
+                };
+            }
+            _ if to > from => spacing.next_available = spacing.next_available.max(respaced),
+            _ => {}
         }
         drop(spacing);
-        self.reopened.notify();
+        if to < from {
+            self.reopened.notify();
+        }
     }
 
     fn record_duration(&self, start: u64) {
@@ -357,7 +381,15 @@ impl Limiter for EvenlySpacedRateLimiter {
     /// Erases the permit's starts and restores the spacing before it.
     fn refund(&self, permit: Permit) {
         if let (Some(start), cost) = permit.disarm() {
-            self.state.give_back(start, cost);
+            self.state.respace(start, cost, 0);
+        }
+    }
+
+    /// Counts the call as `actual` starts, spaced accordingly.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        if let Some(start) = permit.token() {
+            self.state.respace(start, permit.cost(), actual);
+            permit.settled(actual, None);
         }
     }
 }

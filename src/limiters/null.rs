@@ -36,6 +36,10 @@ impl Limiter for NullLimiter {
         LimiterFuture::ready(Ok(None))
     }
 
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        permit.settled(actual, None);
+    }
+
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::ready(Ok(()))
     }

@@ -85,14 +85,44 @@ impl<S: RateLimiterStore> RateShared<S> {
         }
     }
 
-    fn refunded(&self, result: Result<(), LimiterError>) {
-        match result {
-            Ok(()) => self.released.notify(),
-            Err(error) => {
-                tracing::warn!(limiter = %self.name, %error, "could not refund an unused start");
+    /// The store operation for `adjustment`.
+    fn adjustment(&self, adjustment: Adjustment) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let (key, policy) = (&self.key, self.policy.load());
+        match adjustment {
+            Adjustment::Refund { ticket, cost } => self.store.refund(key, policy, ticket, cost),
+            Adjustment::Settle { ticket, from, to } => {
+                self.store.settle(key, policy, ticket, from, to)
             }
         }
     }
+
+    /// Applies `adjustment` now if the store answers at once, else on the
+    /// runtime (a pending future is dropped unpolled and made again there).
+    fn adjust(self: &Arc<Self>, adjustment: Adjustment) {
+        match self.adjustment(adjustment).into_ready().ok() {
+            Some(result) => self.adjusted(result),
+            None => adjust_later(Arc::clone(self), adjustment),
+        }
+    }
+
+    /// Wakes waiting callers, as starts may have been given back.
+    fn adjusted(&self, result: Result<(), LimiterError>) {
+        match result {
+            Ok(()) => self.released.notify(),
+            Err(error) => {
+                tracing::warn!(limiter = %self.name, %error, "could not adjust recorded starts");
+            }
+        }
+    }
+}
+
+/// A change to starts already recorded.
+#[derive(Clone, Copy, Debug)]
+enum Adjustment {
+    /// The call never started: erase its starts.
+    Refund { ticket: u64, cost: u32 },
+    /// The call's real cost is known.
+    Settle { ticket: u64, from: u32, to: u32 },
 }
 
 /// A jitter draw for the backoff; none is needed without one.
@@ -295,20 +325,20 @@ fn admission(decision: WindowDecision, cost: u32, listener: Option<ReleaseListen
     }
 }
 
-/// Runs a store's asynchronous refund on the current runtime. Outside a
-/// runtime the start stays counted: the window over-counts, never under.
-fn refund_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, ticket: u64, cost: u32) {
+/// Runs a store's asynchronous adjustment on the current runtime. Outside a
+/// runtime the starts stay as they are (a refund is lost: the window
+/// over-counts, never under).
+fn adjust_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, adjustment: Adjustment) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
-                let result = shared
-                    .store
-                    .refund(&shared.key, shared.policy.load(), ticket, cost)
-                    .await;
-                shared.refunded(result);
+                let result = shared.adjustment(adjustment).await;
+                shared.adjusted(result);
             });
         }
-        Err(_) => tracing::warn!(limiter = %shared.name, "no runtime to refund an unused start"),
+        Err(_) => {
+            tracing::warn!(limiter = %shared.name, ?adjustment, "no runtime to adjust recorded starts");
+        }
     }
 }
 
@@ -392,19 +422,20 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     /// Erases the permit's start from the window (and the backoff it set).
     fn refund(&self, permit: Permit) {
-        let (Some(ticket), cost) = permit.disarm() else {
+        if let (Some(ticket), cost) = permit.disarm() {
+            self.shared.adjust(Adjustment::Refund { ticket, cost });
+        }
+    }
+
+    /// Erases or adds starts at the permit's start time.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
-        let shared = &self.shared;
-        // A pending future is dropped unpolled and run again on the runtime.
-        match shared
-            .store
-            .refund(&shared.key, shared.policy.load(), ticket, cost)
-            .into_ready()
-            .ok()
-        {
-            Some(result) => shared.refunded(result),
-            None => refund_later(Arc::clone(shared), ticket, cost),
+        if from != actual {
+            let to = actual;
+            self.shared.adjust(Adjustment::Settle { ticket, from, to });
+            permit.settled(actual, None);
         }
     }
 }

@@ -243,16 +243,34 @@ impl SlidingLog {
     }
 
     fn refund(&mut self, now: u64, ticket: u64, cost: u32, policy: &WindowPolicy) {
-        for _ in 0..cost {
-            if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
-                self.starts.remove(index);
-            }
-        }
+        self.erase(ticket, cost);
         if self.window_frees_at(now, policy, 1).is_none()
             && let Some(escalation) = self.last_escalation.take()
         {
             self.next_available = escalation.next_available;
             self.backoff = escalation.backoff;
+        }
+    }
+
+    /// Erases `count` starts recorded at `ticket`.
+    fn erase(&mut self, ticket: u64, count: u32) {
+        for _ in 0..count {
+            if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
+                self.starts.remove(index);
+            }
+        }
+    }
+
+    /// Turns `from` starts at `ticket` into `to`.
+    fn settle(&mut self, ticket: u64, from: u32, to: u32) {
+        if to < from {
+            return self.erase(ticket, from - to);
+        }
+        // Keep the log in time order: the extra starts go after the last
+        // start at or before the ticket.
+        let at = self.starts.partition_point(|&start| start <= ticket);
+        for _ in from..to {
+            self.starts.insert(at, ticket);
         }
     }
 
@@ -323,6 +341,18 @@ impl RateLimiterStore for MemoryStore {
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let mut log = lock(key);
         log.refund(self.now(), ticket, cost, &policy);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        _policy: WindowPolicy,
+        ticket: u64,
+        from: u32,
+        to: u32,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        lock(key).settle(ticket, from, to);
         LimiterFuture::ready(Ok(()))
     }
 

@@ -248,6 +248,41 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
+    /// Turns the `from` starts recorded with `ticket` into `to` starts, once
+    /// a call's real cost is known: fewer erases the difference, more records
+    /// the extra starts at the ticket's time, even past the limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::{RateLimiterStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    /// let WindowDecision::Granted { ticket } = store.acquire(&key, policy, 8, 0.0).await? else {
+    ///     unreachable!()
+    /// };
+    /// store.settle(&key, policy, ticket, 8, 3).await?;
+    /// assert_eq!(store.execution_count(&key, policy.window()).await?, 3);
+    /// store.settle(&key, policy, ticket, 3, 12).await?;
+    /// assert_eq!(store.execution_count(&key, policy.window()).await?, 12);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn settle<'a>(
+        &'a self,
+        key: &'a Self::Key,
+        policy: WindowPolicy,
+        ticket: u64,
+        from: u32,
+        to: u32,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>>;
+
     /// The atomic peek: `None` if [`acquire`](RateLimiterStore::acquire)
     /// would grant `cost` now, otherwise the instant it names (the later of the
     /// pause and the full window freeing a place). Records nothing.
