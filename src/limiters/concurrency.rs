@@ -239,15 +239,6 @@ impl ConcurrencyState {
         })
     }
 
-    #[inline]
-    fn grant(self: &Arc<Self>, generation: u64, cost: u32) -> Admission {
-        // The release needs both: the token carries them side by side.
-        let token = generation << 32 | u64::from(cost);
-        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, token).with_cost(cost))
-    }
-}
-
-impl ConcurrencyState {
     /// Holds `to` slots instead of the `from` a permit of `generation` took.
     fn resettle(&self, generation: u64, from: u32, to: u32) {
         if to < from {
@@ -258,6 +249,13 @@ impl ConcurrencyState {
             self.slots
                 .force_take(Some(generation), u64::from(to - from));
         }
+    }
+
+    #[inline]
+    fn grant(self: &Arc<Self>, generation: u64, cost: u32) -> Admission {
+        // The release needs both: the token carries them side by side.
+        let token = generation << 32 | u64::from(cost);
+        Admission::Granted(Permit::new(Arc::clone(self) as Arc<dyn Release>, token).with_cost(cost))
     }
 }
 
