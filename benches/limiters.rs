@@ -1,7 +1,8 @@
 //! Admission cost beside the peers, in one run.
 //!
 //! * `decision`: one admission decision of an in-memory limiter that has room,
-//!   beside `governor`'s `check()` (GCRA, TSC clock).
+//!   beside `governor`'s `check()` (GCRA, TSC clock); `gcra_*` and
+//!   `token_bucket_*` run the same algorithm with the same quota.
 //! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
 //!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
 //!   bare service. Futures are polled by hand with a no-op waker, so no
@@ -25,8 +26,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::store::MemoryStore;
 use tower_limits::{
-    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, Limiter, RateLimitLayer,
-    RateLimiter,
+    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter,
+    LeakyBucketLimiter, Limiter, RateLimitLayer, RateLimiter, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.
@@ -40,6 +42,45 @@ fn sliding_window(clock: Clock) -> RateLimiter {
         .store(MemoryStore::new().with_clock(clock))
         .build()
         .expect("valid configuration")
+}
+
+/// One cell per nanosecond with a second's worth of burst: like the
+/// governor quota beside it, no benchmark can outrun it.
+const CELLS_PER_SECOND: u32 = 1_000_000_000;
+
+fn gcra(clock: Clock) -> GcraLimiter {
+    GcraLimiter::new(CELLS_PER_SECOND.into(), Duration::from_secs(1))
+        .and_then(|limiter| limiter.with_burst(CELLS_PER_SECOND))
+        .expect("valid configuration")
+        .with_clock(clock)
+}
+
+fn token_bucket(clock: Clock) -> TokenBucketLimiter {
+    let per_second = CELLS_PER_SECOND.into();
+    TokenBucketLimiter::new(CELLS_PER_SECOND, per_second, Duration::from_secs(1))
+        .expect("valid configuration")
+        .with_clock(clock)
+}
+
+/// A drip of one call per nanosecond: a decision takes longer, so the drip
+/// is always free.
+fn leaky_bucket(clock: Clock) -> LeakyBucketLimiter {
+    LeakyBucketLimiter::new(CELLS_PER_SECOND.into(), Duration::from_secs(1), 1)
+        .expect("valid configuration")
+        .with_clock(clock)
+}
+
+/// The most a window holds, per millisecond: no benchmark can fill it.
+fn fixed_window(clock: Clock) -> FixedWindowLimiter {
+    FixedWindowLimiter::new(u32::MAX, Duration::from_millis(1))
+        .expect("valid configuration")
+        .with_clock(clock)
+}
+
+fn sliding_window_counter(clock: Clock) -> SlidingWindowCounterLimiter {
+    SlidingWindowCounterLimiter::new(u32::MAX, Duration::from_millis(1))
+        .expect("valid configuration")
+        .with_clock(clock)
 }
 
 fn admit(limiter: &impl Limiter) {
@@ -64,6 +105,26 @@ fn decision(c: &mut Criterion) {
     });
     let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
     group.bench_function("concurrency", |b| b.iter(|| admit(&concurrency)));
+    let gcra_fast = gcra(Clock::fast());
+    group.bench_function("gcra_fast_clock", |b| b.iter(|| admit(&gcra_fast)));
+    let gcra_tokio = gcra(Clock::tokio());
+    group.bench_function("gcra_tokio_clock", |b| b.iter(|| admit(&gcra_tokio)));
+    let bucket_fast = token_bucket(Clock::fast());
+    group.bench_function("token_bucket_fast_clock", |b| {
+        b.iter(|| admit(&bucket_fast))
+    });
+    let bucket_tokio = token_bucket(Clock::tokio());
+    group.bench_function("token_bucket_tokio_clock", |b| {
+        b.iter(|| admit(&bucket_tokio))
+    });
+    let leaky = leaky_bucket(Clock::fast());
+    group.bench_function("leaky_bucket_fast_clock", |b| b.iter(|| admit(&leaky)));
+    let fixed = fixed_window(Clock::fast());
+    group.bench_function("fixed_window_fast_clock", |b| b.iter(|| admit(&fixed)));
+    let counter = sliding_window_counter(Clock::fast());
+    group.bench_function("sliding_window_counter_fast_clock", |b| {
+        b.iter(|| admit(&counter))
+    });
     group.finish();
 }
 

@@ -211,6 +211,84 @@ impl fmt::Display for CostTooHigh {
 
 impl std::error::Error for CostTooHigh {}
 
+/// A [`LeakyBucketLimiter`](crate::LeakyBucketLimiter)'s queue is full: the
+/// call would have to wait behind more than `capacity` units already booked
+/// on its drip, so it is turned away (the bucket overflows) instead of
+/// queued.
+///
+/// It arrives inside a [`LimiterError`]; [`retry_at`](BucketFull::retry_at)
+/// says when the queue will have drained enough to take the call.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::error::BucketFull;
+/// use tower_limits::{Admission, LeakyBucketLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // One call a second, one more may wait.
+/// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 1)?;
+/// let start = Instant::now();
+/// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
+/// assert!(matches!(bucket.try_acquire().await?, Admission::Denied(_))); // queued: its slot is in 1 s
+///
+/// let error = bucket.try_acquire().await.unwrap_err();
+/// let full = error.get_ref().downcast_ref::<BucketFull>().expect("the queue is full");
+/// assert_eq!(full.capacity(), 1);
+/// assert_eq!(full.retry_at(), start + Duration::from_secs(1));
+/// assert_eq!(
+///     full.to_string(),
+///     "leaky bucket full: its queue of 1 units has no room for the call"
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketFull {
+    capacity: u32,
+    retry_at: Instant,
+}
+
+impl BucketFull {
+    /// A full queue of `capacity` units, with room again at `retry_at`.
+    ///
+    /// ```
+    /// use tokio::time::Instant;
+    /// use tower_limits::error::BucketFull;
+    ///
+    /// let at = Instant::now();
+    /// let full = BucketFull::new(8, at);
+    /// assert_eq!((full.capacity(), full.retry_at()), (8, at));
+    /// ```
+    pub fn new(capacity: u32, retry_at: Instant) -> Self {
+        Self { capacity, retry_at }
+    }
+
+    /// How many units the queue holds at most.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// When the queue will have room for the call, if nobody else books in
+    /// the meantime: a server can turn it into `Retry-After`.
+    pub fn retry_at(&self) -> Instant {
+        self.retry_at
+    }
+}
+
+impl fmt::Display for BucketFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "leaky bucket full: its queue of {} units has no room for the call",
+            self.capacity
+        )
+    }
+}
+
+impl std::error::Error for BucketFull {}
+
 impl fmt::Display for LimiterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "limiter failed: {}", self.source)

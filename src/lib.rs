@@ -13,6 +13,11 @@
 //! | [`RateLimiter`] | fewer than `max` calls started in the sliding window; backs off with jitter once it fills |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start, less the mean call duration |
+//! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell) |
+//! | [`TokenBucketLimiter`] | the bucket holds enough tokens; it refills at a steady rate up to its capacity |
+//! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
+//! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
+//! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`CompositeLimiter`] | every part admits it |
 //!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
@@ -77,15 +82,19 @@ pub use clock::Clock;
 pub use limit::{
     CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, DelayLimit,
     DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer, FairLimit, FairLimitLayer,
-    KeyedLimit, KeyedLimitLayer, Limit, LimitLayer, NullLimit, NullLimitLayer, RateLimit,
-    RateLimitLayer,
+    FixedWindowLimit, FixedWindowLimitLayer, GcraLimit, GcraLimitLayer, KeyedLimit,
+    KeyedLimitLayer, LeakyBucketLimit, LeakyBucketLimitLayer, Limit, LimitLayer, NullLimit,
+    NullLimitLayer, RateLimit, RateLimitLayer, SlidingWindowCounterLimit,
+    SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
 };
 pub use limiter::{
     Admission, Denial, Limiter, LimiterExt, LimiterFuture, Permit, Release, ReleaseEvent,
     ReleaseListener,
 };
 pub use limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, KeyedLimiter,
-    KeyedLimiterBuilder, NullLimiter, RateLimiter, RateLimiterBuilder,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    FixedWindowLimiter, GcraLimiter, GcraState, KeyedLimiter, KeyedLimiterBuilder,
+    LeakyBucketLimiter, NullLimiter, RateLimiter, RateLimiterBuilder, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
 };
 pub use rate::{ParseRateError, Rate};

@@ -73,8 +73,9 @@ pub use layer::LimitLayer;
 pub use service::Limit;
 
 use crate::limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, GcraLimiter,
-    NullLimiter, RateLimiter, TokenBucketLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    FixedWindowLimiter, GcraLimiter, LeakyBucketLimiter, NullLimiter, RateLimiter,
+    SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 use crate::store::MemoryStore;
 
@@ -179,6 +180,34 @@ pub type TokenBucketLimitLayer = LimitLayer<TokenBucketLimiter>;
 ///
 /// Used like [`RateLimit`], which has an example.
 pub type TokenBucketLimit<S> = Limit<S, TokenBucketLimiter>;
+
+/// A layer applying a [`LeakyBucketLimiter`]: its queue keeps callers in
+/// arrival order, so only its head asks the bucket.
+///
+/// Used like [`RateLimitLayer`], which has an example.
+pub type LeakyBucketLimitLayer = LimitLayer<LeakyBucketLimiter>;
+/// A service limited by a [`LeakyBucketLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
+pub type LeakyBucketLimit<S> = Limit<S, LeakyBucketLimiter>;
+
+/// A layer applying a [`FixedWindowLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
+pub type FixedWindowLimitLayer = LimitLayer<FixedWindowLimiter>;
+/// A service limited by a [`FixedWindowLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
+pub type FixedWindowLimit<S> = Limit<S, FixedWindowLimiter>;
+
+/// A layer applying a [`SlidingWindowCounterLimiter`].
+///
+/// Used like [`RateLimitLayer`], which has an example.
+pub type SlidingWindowCounterLimitLayer = LimitLayer<SlidingWindowCounterLimiter>;
+/// A service limited by a [`SlidingWindowCounterLimiter`].
+///
+/// Used like [`RateLimit`], which has an example.
+pub type SlidingWindowCounterLimit<S> = Limit<S, SlidingWindowCounterLimiter>;
 
 /// A layer applying a [`CompositeLimiter`].
 ///

@@ -1,18 +1,30 @@
 //! The limiting strategies, one module each.
 
+mod cell;
 mod composite;
 mod concurrency;
 mod delay;
 mod evenly_spaced;
+mod fixed_window;
+mod gcra;
 mod keyed;
+mod leaky_bucket;
 mod null;
 mod policy_cell;
 mod rate;
+mod sliding_window_counter;
+mod token_bucket;
+mod window;
 
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;
 pub use evenly_spaced::EvenlySpacedRateLimiter;
+pub use fixed_window::FixedWindowLimiter;
+pub use gcra::{GcraLimiter, GcraState};
 pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
+pub use leaky_bucket::LeakyBucketLimiter;
 pub use null::NullLimiter;
 pub use rate::{RateLimiter, RateLimiterBuilder};
+pub use sliding_window_counter::SlidingWindowCounterLimiter;
+pub use token_bucket::TokenBucketLimiter;

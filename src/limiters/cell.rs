@@ -1,0 +1,539 @@
+//! The Generic Cell Rate Algorithm behind [`GcraLimiter`](crate::GcraLimiter)
+//! and [`TokenBucketLimiter`](crate::TokenBucketLimiter).
+//!
+//! A token bucket of capacity `B` refilled one token every `T` and GCRA with
+//! emission interval `T` and burst `B` admit exactly the same calls; they
+//! differ only in how they are configured and what they report. Both keep one
+//! number, the *theoretical arrival time* (TAT): the instant at which the
+//! bucket would be full again (GCRA's view: when the next cell would be due
+//! if calls had come evenly spaced). A call costing `n` takes `n` cells, each
+//! `T` long:
+//!
+//! * it conforms iff `TAT + n·T − B·T ≤ now` (at most `B·T` of cells may be
+//!   outstanding ahead of now), which is governor's and redis-cell's test;
+//! * it then moves the TAT to `max(TAT, now) + n·T`;
+//! * otherwise it may retry at `TAT + n·T − B·T`, the instant it conforms.
+//!
+//! Because the TAT grows by at least `n·T` per grant and never exceeds
+//! `now + B·T` after one, the grants of any closed interval of length `t`
+//! cost at most `B + ⌊t / T⌋` in total: the conformance bound.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
+use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
+
+/// The longest `burst × interval` accepted: far beyond any sensible limit,
+/// and small enough that adding it to a clock reading never saturates within
+/// centuries of uptime.
+const MAX_SPAN: u64 = 100 * 365 * 86_400 * 1_000_000_000;
+
+/// What the parameters are called in a limiter's constructor, for
+/// [`ConfigError`]s.
+#[derive(Clone, Copy)]
+pub(super) struct Names {
+    /// The number of cells per period: GCRA's `count`, the bucket's `refill`.
+    pub(super) count: &'static str,
+    /// How many cells may go at once: GCRA's `burst`, the bucket's `capacity`.
+    pub(super) burst: &'static str,
+}
+
+/// A validated configuration: the emission interval and the burst.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CellConfig {
+    /// `T`: nanoseconds per cell.
+    interval: u64,
+    /// `B`: how many cells may go at once.
+    burst: u32,
+}
+
+impl CellConfig {
+    /// `count` cells per `period`, `burst` at once.
+    ///
+    /// The interval is `period / count` rounded up to a whole nanosecond, so
+    /// the rate is never exceeded; a rate above one cell per nanosecond is
+    /// refused rather than silently slowed.
+    pub(super) fn new(
+        names: Names,
+        count: u64,
+        period: Duration,
+        burst: u32,
+    ) -> Result<Self, ConfigError> {
+        if count == 0 {
+            return Err(ConfigError::new(names.count, count, "must be at least 1"));
+        }
+        if period.is_zero() {
+            return Err(ConfigError::new(
+                "period",
+                period,
+                "must be longer than zero",
+            ));
+        }
+        let period_nanos = duration_nanos(period);
+        if count > period_nanos {
+            return Err(ConfigError::new(
+                names.count,
+                count,
+                "must be at most one per nanosecond of `period`",
+            ));
+        }
+        let interval = period_nanos.div_ceil(count);
+        if interval > MAX_SPAN {
+            return Err(ConfigError::new(
+                "period",
+                period,
+                "divided by the count must be at most 100 years",
+            ));
+        }
+        Self { interval, burst: 1 }.with_burst(names, burst)
+    }
+
+    /// The same rate, `burst` at once.
+    pub(super) fn with_burst(self, names: Names, burst: u32) -> Result<Self, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::new(names.burst, burst, "must be at least 1"));
+        }
+        if self.interval.saturating_mul(u64::from(burst)) > MAX_SPAN {
+            return Err(ConfigError::new(
+                names.burst,
+                burst,
+                "times the emission interval must be at most 100 years",
+            ));
+        }
+        Ok(Self { burst, ..self })
+    }
+
+    pub(super) fn interval(self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+
+    pub(super) fn burst(self) -> u32 {
+        self.burst
+    }
+}
+
+/// The shared state: one TAT and one pause, each a single atomic word.
+pub(super) struct Cells {
+    config: CellConfig,
+    /// `B·T`: how far ahead of now the TAT may run after a grant.
+    span: u64,
+    /// The theoretical arrival time, in nanoseconds since the clock's epoch;
+    /// 0 (or anything up to now) is a full bucket.
+    tat: AtomicU64,
+    /// Nanoseconds since the clock's epoch before which nothing starts.
+    not_before: AtomicU64,
+    /// Fired when a refund or `clear` gives cells back early.
+    reopened: ReleaseEvent,
+    clock: Clock,
+}
+
+/// One decision (or the look at one), in nanoseconds since the clock's epoch.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Outcome {
+    pub(super) now: u64,
+    /// The TAT after the decision (for a look: as the decision would leave it).
+    pub(super) tat: u64,
+    /// The pause in force: nothing starts before it.
+    pub(super) not_before: u64,
+    /// `None` if granted; otherwise when the call would be.
+    pub(super) retry_at: Option<u64>,
+}
+
+impl Cells {
+    /// A full bucket, shared by the handles of one limiter.
+    pub(super) fn shared(config: CellConfig, clock: Clock) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            span: config.interval * u64::from(config.burst),
+            tat: AtomicU64::new(0),
+            not_before: AtomicU64::new(0),
+            reopened: ReleaseEvent::new(),
+            clock,
+        })
+    }
+
+    pub(super) fn config(&self) -> CellConfig {
+        self.config
+    }
+
+    /// `Ok` if `cost` can ever be granted; else [`CostTooHigh`].
+    #[inline]
+    pub(super) fn check(&self, cost: u32) -> Result<(), LimiterError> {
+        if cost <= self.config.burst {
+            return Ok(());
+        }
+        self.too_high(cost)
+    }
+
+    #[cold]
+    fn too_high(&self, cost: u32) -> Result<(), LimiterError> {
+        CostTooHigh::check(cost, self.config.burst as usize)
+    }
+
+    /// The time `cost` cells occupy.
+    #[inline]
+    fn weight(&self, cost: u32) -> u64 {
+        self.config.interval.saturating_mul(u64::from(cost))
+    }
+
+    /// The GCRA test: the TAT a grant of `cost` leaves, or the instant it
+    /// would be granted.
+    #[inline]
+    fn judge(&self, now: u64, not_before: u64, tat: u64, cost: u32) -> Result<u64, u64> {
+        let weight = self.weight(cost);
+        let conforms_at = tat.saturating_add(weight).saturating_sub(self.span);
+        let ready_at = conforms_at.max(not_before);
+        if ready_at > now {
+            Err(ready_at)
+        } else {
+            Ok(tat.max(now).saturating_add(weight))
+        }
+    }
+
+    /// Reads the clock and both words (`SeqCst`, as [`ReleaseEvent`]
+    /// requires of the second look).
+    #[inline]
+    fn read(&self) -> (u64, u64, u64) {
+        let now = self.clock.now_nanos();
+        let not_before = self.not_before.load(Ordering::SeqCst);
+        (now, not_before, self.tat.load(Ordering::SeqCst))
+    }
+
+    /// Decides and, if the call conforms, takes its cells: one CAS loop.
+    #[inline]
+    fn decide(&self, cost: u32) -> Outcome {
+        let (now, not_before, mut tat) = self.read();
+        loop {
+            let next = match self.judge(now, not_before, tat, cost) {
+                Ok(next) => next,
+                Err(at) => {
+                    let retry_at = Some(at);
+                    return Outcome {
+                        now,
+                        tat,
+                        not_before,
+                        retry_at,
+                    };
+                }
+            };
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    let tat = next;
+                    return Outcome {
+                        now,
+                        tat,
+                        not_before,
+                        retry_at: None,
+                    };
+                }
+                Err(current) => tat = current,
+            }
+        }
+    }
+
+    /// What [`decide`](Cells::decide) would answer now, taking nothing.
+    pub(super) fn look(&self, cost: u32) -> Outcome {
+        let (now, not_before, tat) = self.read();
+        match self.judge(now, not_before, tat, cost) {
+            Ok(next) => Outcome {
+                now,
+                tat: next,
+                not_before,
+                retry_at: None,
+            },
+            Err(at) => Outcome {
+                now,
+                tat,
+                not_before,
+                retry_at: Some(at),
+            },
+        }
+    }
+
+    /// The admission an outcome stands for. A grant's token is the TAT it
+    /// left, which is what its refund checks.
+    #[inline]
+    fn admission(&self, outcome: Outcome, cost: u32) -> Admission {
+        match outcome.retry_at {
+            None => Admission::Granted(grant(outcome.tat, cost)),
+            Some(at) => Admission::Denied(Denial::until(self.clock.instant_at(at))),
+        }
+    }
+
+    /// The atomic acquire: decide; on a denial listen, then decide once more,
+    /// so that a refund or `clear` in between wakes the caller.
+    #[inline]
+    pub(super) fn admit(&self, cost: u32) -> Admission {
+        // The grant path stays small enough to inline into the caller.
+        match self.decide(cost) {
+            Outcome {
+                retry_at: None,
+                tat,
+                ..
+            } => Admission::Granted(grant(tat, cost)),
+            _ => self.admit_or_listen(cost),
+        }
+    }
+
+    #[cold]
+    fn admit_or_listen(&self, cost: u32) -> Admission {
+        self.reopened
+            .decide(|| self.admission(self.decide(cost), cost))
+    }
+
+    /// [`admit`](Cells::admit), also returning the outcome of the final
+    /// decision.
+    pub(super) fn admit_reporting(&self, cost: u32) -> (Admission, Outcome) {
+        let last = std::cell::Cell::new(None);
+        let admission = self.reopened.decide(|| {
+            let outcome = self.decide(cost);
+            last.set(Some(outcome));
+            self.admission(outcome, cost)
+        });
+        let outcome = last.get().expect("`decide` decides at least once");
+        (admission, outcome)
+    }
+
+    /// How many cells could go at once after `outcome`, ignoring any pause:
+    /// `⌊(now + B·T − max(TAT, now)) / T⌋`.
+    pub(super) fn available(&self, outcome: &Outcome) -> u32 {
+        let now = outcome.now;
+        let room = now
+            .saturating_add(self.span)
+            .saturating_sub(outcome.tat.max(now));
+        // room <= span = burst × interval, so the quotient fits.
+        u32::try_from(room / self.config.interval).unwrap_or(self.config.burst)
+    }
+
+    /// Whether one cell could go now.
+    pub(super) fn can_proceed(&self) -> bool {
+        let (now, not_before, tat) = self.read();
+        self.judge(now, not_before, tat, 1).is_ok()
+    }
+
+    /// The denial a call costing `cost` would get now, if any.
+    pub(super) fn peek(&self, cost: u32) -> Option<Denial> {
+        let at = self.look(cost).retry_at?;
+        Some(Denial::until(self.clock.instant_at(at)))
+    }
+
+    /// Takes one cell whether or not it conforms (the seed's `record_start`):
+    /// a start the limiter did not admit still counts against later ones.
+    pub(super) fn take_one(&self) {
+        let now = self.clock.now_nanos();
+        let interval = self.config.interval;
+        self.move_tat(|tat| tat.max(now).saturating_add(interval));
+    }
+
+    /// When one cell could go: the later of now, the pause and the instant
+    /// one cell conforms.
+    pub(super) fn next_available(&self) -> Instant {
+        let (now, not_before, tat) = self.read();
+        let conforms_at = tat
+            .saturating_add(self.config.interval)
+            .saturating_sub(self.span);
+        self.clock.instant_at(now.max(not_before).max(conforms_at))
+    }
+
+    /// Nothing starts before `at`; an earlier instant than a pause already
+    /// in force changes nothing (a pause never shortens a wait).
+    pub(super) fn pause_until(&self, at: Instant) {
+        let at = self.clock.nanos_at(at);
+        self.not_before.fetch_max(at, Ordering::SeqCst);
+    }
+
+    /// Back to a full bucket with no pause; wakes denied callers.
+    pub(super) fn clear(&self) {
+        self.not_before.store(0, Ordering::SeqCst);
+        self.tat.store(0, Ordering::SeqCst);
+        self.reopened.notify();
+    }
+
+    /// Gives the permit's cells back if the TAT is still where its grant
+    /// left it: nothing was granted, recorded or cleared since. Otherwise
+    /// the cells stay spent, since returning them could let a later grant
+    /// exceed the rate.
+    pub(super) fn refund(&self, permit: Permit) {
+        if let (Some(tat), cost) = permit.disarm() {
+            self.give_back(tat, cost);
+        }
+    }
+
+    /// Makes a granted permit cost `actual` cells: gives the difference back
+    /// on the rules of [`refund`](Cells::refund), or charges the extra cells
+    /// as if the grant had taken them (a charge can push the TAT past the
+    /// burst; later calls then wait for it).
+    pub(super) fn settle(&self, permit: &mut Permit, actual: u32) {
+        let (Some(tat), cost) = (permit.token(), permit.cost()) else {
+            return;
+        };
+        let token = match actual.checked_sub(cost) {
+            None => self.give_back(tat, cost - actual),
+            Some(extra) => self.charge(tat, extra),
+        };
+        permit.settled(actual, token);
+    }
+
+    /// Returns `cells` of a grant that left the TAT at `tat`, if nothing
+    /// moved it since; the TAT the grant now stands for, if so.
+    fn give_back(&self, tat: u64, cells: u32) -> Option<u64> {
+        let earlier = tat.saturating_sub(self.weight(cells));
+        if earlier == tat {
+            return Some(tat);
+        }
+        self.tat
+            .compare_exchange(tat, earlier, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()?;
+        self.reopened.notify();
+        Some(earlier)
+    }
+
+    /// Adds `cells` to a grant that left the TAT at `tat`; the TAT the grant
+    /// now stands for, if nothing moved it since.
+    fn charge(&self, tat: u64, cells: u32) -> Option<u64> {
+        let extra = self.weight(cells);
+        let before = self.move_tat(|current| current.saturating_add(extra));
+        (before == tat).then(|| tat.saturating_add(extra))
+    }
+
+    /// Moves the TAT by `change`, whatever it is; the TAT before.
+    fn move_tat(&self, change: impl Fn(u64) -> u64) -> u64 {
+        let change = |tat| Some(change(tat));
+        match self
+            .tat
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, change)
+        {
+            Ok(before) | Err(before) => before,
+        }
+    }
+
+    pub(super) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
+
+/// The permit for a grant that left the TAT at `tat`.
+#[inline]
+fn grant(tat: u64, cost: u32) -> Permit {
+    let permit = Permit::with_token(tat);
+    // Its cost is 1 already; `with_cost` is not inlined across crates.
+    if cost == 1 {
+        permit
+    } else {
+        permit.with_cost(cost)
+    }
+}
+
+/// Implements [`Limiter`](crate::Limiter) for a handle with a
+/// `cells: Arc<Cells>` field: the same seven operations for every limiter
+/// built on [`Cells`].
+macro_rules! impl_limiter_for_cells {
+    ($limiter:ty) => {
+        impl $crate::limiter::Limiter for $limiter {
+            /// One CAS, taking one cell.
+            #[inline]
+            fn try_acquire(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<
+                '_,
+                Result<$crate::limiter::Admission, $crate::error::LimiterError>,
+            > {
+                self.try_acquire_many(1)
+            }
+
+            /// One CAS: a call costing `cost` takes `cost` cells.
+            #[inline]
+            fn try_acquire_many(
+                &self,
+                cost: u32,
+            ) -> $crate::limiter::LimiterFuture<
+                '_,
+                Result<$crate::limiter::Admission, $crate::error::LimiterError>,
+            > {
+                let cells = &self.cells;
+                $crate::limiter::LimiterFuture::ready(cells.check(cost).map(|()| cells.admit(cost)))
+            }
+
+            fn can_proceed(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<'_, Result<bool, $crate::error::LimiterError>> {
+                $crate::limiter::LimiterFuture::ready(Ok(self.cells.can_proceed()))
+            }
+
+            fn peek(
+                &self,
+                cost: u32,
+            ) -> $crate::limiter::LimiterFuture<
+                '_,
+                Result<Option<$crate::limiter::Denial>, $crate::error::LimiterError>,
+            > {
+                let cells = &self.cells;
+                $crate::limiter::LimiterFuture::ready(cells.check(cost).map(|()| cells.peek(cost)))
+            }
+
+            /// Takes one cell even if it does not conform.
+            fn record_start(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
+                self.cells.take_one();
+                $crate::limiter::LimiterFuture::ready(Ok(()))
+            }
+
+            /// Nothing to do: only starts count.
+            fn record_completion(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
+                $crate::limiter::LimiterFuture::ready(Ok(()))
+            }
+
+            fn next_available_time(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<
+                '_,
+                Result<tokio::time::Instant, $crate::error::LimiterError>,
+            > {
+                $crate::limiter::LimiterFuture::ready(Ok(self.cells.next_available()))
+            }
+
+            /// A pause: nothing starts before `at`. It never shortens a wait
+            /// and leaves the cells as they are.
+            fn set_next_available_time(
+                &self,
+                at: tokio::time::Instant,
+            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
+                self.cells.pause_until(at);
+                $crate::limiter::LimiterFuture::ready(Ok(()))
+            }
+
+            /// Back to a full burst, with no pause.
+            fn clear(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
+                self.cells.clear();
+                $crate::limiter::LimiterFuture::ready(Ok(()))
+            }
+
+            /// Gives the cells back if nothing was granted, recorded or
+            /// cleared since the permit's grant; otherwise they stay spent.
+            fn refund(&self, permit: $crate::limiter::Permit) {
+                self.cells.refund(permit);
+            }
+
+            /// A lower cost gives cells back on the rules of `refund`; a
+            /// higher one takes the extra cells, past the burst if need be.
+            fn settle(&self, permit: &mut $crate::limiter::Permit, actual: u32) {
+                self.cells.settle(permit, actual);
+            }
+        }
+    };
+}
+
+pub(super) use impl_limiter_for_cells;

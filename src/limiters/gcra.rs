@@ -1,0 +1,404 @@
+//! [`GcraLimiter`]: the Generic Cell Rate Algorithm (governor, redis-cell).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cell::{CellConfig, Cells, Names, Outcome, impl_limiter_for_cells};
+use crate::clock::Clock;
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::Admission;
+use crate::rate::Rate;
+
+/// `count` calls per `period`, evenly paced, with at most `burst` at once:
+/// the Generic Cell Rate Algorithm of ATM networks, governor and redis-cell.
+///
+/// Each call is a *cell* that occupies the emission interval
+/// `T = period / count`. The limiter keeps one number, the theoretical
+/// arrival time (TAT), in one atomic word, and decides with one
+/// compare-and-swap: a call costing `n` is admitted iff
+/// `TAT + n·T − burst·T ≤ now`, and then moves the TAT to
+/// `max(TAT, now) + n·T`. A denial names the instant the call would conform.
+/// In any interval of length `t`, admitted calls cost at most
+/// `burst + ⌊t / T⌋` in total.
+///
+/// # When to pick it
+///
+/// * **A rate with a bounded burst, in O(1) memory and one CAS.** With the
+///   default burst of 1, calls start at least `T` apart, so no window of
+///   `period` ever holds more than `count` of them (like
+///   [`EvenlySpacedRateLimiter`](crate::EvenlySpacedRateLimiter), lock-free
+///   and without its duration credit). With [`with_burst`](Self::with_burst)
+///   an idle limiter admits `burst` calls at once, then one per `T`.
+/// * **Numbers for `RateLimit` headers.** [`peek_state`](Self::peek_state)
+///   and [`try_acquire_with_state`](Self::try_acquire_with_state) report a
+///   [`GcraState`] with the five values of redis-cell's `CL.THROTTLE` reply.
+/// * Prefer [`TokenBucketLimiter`](crate::TokenBucketLimiter) if you think in
+///   "a bucket of `capacity` tokens, refilled at `rate`": it is the same
+///   algorithm, configured and reported as a bucket. Prefer
+///   [`RateLimiter`](crate::RateLimiter) for a limit shared through a store.
+///
+/// # Precision
+///
+/// `T` is `period / count` rounded up to a whole nanosecond, so the rate is
+/// never exceeded and is exact when `period` is a multiple of `count`
+/// nanoseconds. Denials name nanosecond instants, but tokio timers fire on
+/// whole milliseconds: above 1,000 calls per second, give a burst of at least
+/// `count × 1 ms / period` so that callers who wait keep up with the rate.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::{GcraLimiter, LimiterExt};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 10 per second, up to 3 at once.
+/// let limiter = GcraLimiter::new(10, Duration::from_secs(1))?.with_burst(3)?;
+/// let start = Instant::now();
+/// for _ in 0..5 {
+///     drop(limiter.acquire().await?);
+/// }
+/// // Three at once, then one every 100 ms.
+/// assert_eq!(start.elapsed(), Duration::from_millis(200));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct GcraLimiter {
+    cells: Arc<Cells>,
+}
+
+/// What the parameters are called in [`GcraLimiter`]'s constructors.
+const NAMES: Names = Names {
+    count: "count",
+    burst: "burst",
+};
+
+impl GcraLimiter {
+    /// A limiter admitting `count` calls per `period`, evenly paced (a burst
+    /// of 1: calls start at least `period / count` apart).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field if `count` is 0, `period` is zero,
+    /// `count` exceeds one per nanosecond of `period`, or `period / count` is
+    /// longer than 100 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = GcraLimiter::new(30, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.interval(), Duration::from_secs(2));
+    /// assert_eq!(limiter.burst(), 1);
+    ///
+    /// let error = GcraLimiter::new(0, Duration::from_secs(60)).unwrap_err();
+    /// assert_eq!(error.field(), "count");
+    /// let error = GcraLimiter::new(30, Duration::ZERO).unwrap_err();
+    /// assert_eq!(error.field(), "period");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(count: u64, period: Duration) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(NAMES, count, period, 1)?;
+        Ok(Self {
+            cells: Cells::shared(config, Clock::default()),
+        })
+    }
+
+    /// [`new`](GcraLimiter::new) with the limit given as a [`Rate`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] on the rules of [`new`](GcraLimiter::new).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::from_rate("100/m".parse::<Rate>()?)?;
+    /// assert_eq!(limiter.interval(), Duration::from_millis(600));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_rate(rate: Rate) -> Result<Self, ConfigError> {
+        Self::new(rate.count(), rate.per())
+    }
+
+    /// The same rate with up to `burst` calls (cells) at once; state starts
+    /// afresh, so call it before handing out clones.
+    ///
+    /// `burst` counts the call itself: redis-cell's `max_burst` is
+    /// `burst - 1`, and governor's `Quota::allow_burst(b)` is `burst = b`.
+    /// The tolerance τ of the ITU definition is `(burst - 1) × interval`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `burst` if it is 0 or `burst × interval` is
+    /// longer than 100 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(2)?;
+    /// assert_eq!(limiter.burst(), 2);
+    /// limiter.record_start().await?;
+    /// assert!(limiter.can_proceed().await?); // the second of the burst
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// let error = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(0).unwrap_err();
+    /// assert_eq!(error.field(), "burst");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_burst(self, burst: u32) -> Result<Self, ConfigError> {
+        let config = self.cells.config().with_burst(NAMES, burst)?;
+        Ok(Self {
+            cells: Cells::shared(config, self.cells.clock().clone()),
+        })
+    }
+
+    /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
+    ///
+    /// Call it before handing out clones: the limiter it returns shares no
+    /// state with them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(60))?;
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    ///
+    /// let limiter = limiter.with_clock(Clock::fast());
+    /// assert_eq!(limiter.interval(), Duration::from_secs(60)); // same configuration
+    /// assert!(limiter.can_proceed().await?); // fresh state
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self {
+            cells: Cells::shared(self.cells.config(), clock),
+        }
+    }
+
+    /// The emission interval `T`: `period / count`, rounded up to a whole
+    /// nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = GcraLimiter::new(3, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.interval(), Duration::from_nanos(333_333_334));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.cells.config().interval()
+    }
+
+    /// How many calls (cells) may go at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = GcraLimiter::new(10, Duration::from_secs(1))?.with_burst(5)?;
+    /// assert_eq!(limiter.burst(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.cells.config().burst()
+    }
+
+    /// What [`try_acquire_with_state`](Self::try_acquire_with_state) would
+    /// answer for a call costing `cost`, without taking anything: redis-cell's
+    /// `CL.THROTTLE` reply, as if the call were made now.
+    ///
+    /// `peek_state(0)` reads the current state: how many calls fit now, and
+    /// when the limiter is back to a full burst.
+    ///
+    /// # Errors
+    ///
+    /// [`CostTooHigh`](crate::error::CostTooHigh) inside a [`LimiterError`]
+    /// if `cost` exceeds the burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// drop(limiter.try_acquire_many(2).await?);
+    ///
+    /// let now = limiter.peek_state(0)?;
+    /// assert_eq!(now.remaining(), 3);
+    /// assert_eq!(now.reset_after(), Duration::from_secs(2));
+    ///
+    /// let four = limiter.peek_state(4)?;
+    /// assert!(four.is_limited());
+    /// assert_eq!(four.retry_after(), Some(Duration::from_secs(1)));
+    /// assert_eq!(limiter.peek_state(0)?, now); // peeking took nothing
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peek_state(&self, cost: u32) -> Result<GcraState, LimiterError> {
+        self.cells.check(cost)?;
+        Ok(self.state(self.cells.look(cost)))
+    }
+
+    /// [`try_acquire_many`](crate::Limiter::try_acquire_many), also reporting
+    /// the limiter's state after the decision: the numbers an HTTP server
+    /// puts in `RateLimit` and `Retry-After` headers.
+    ///
+    /// # Errors
+    ///
+    /// [`CostTooHigh`](crate::error::CostTooHigh) inside a [`LimiterError`]
+    /// if `cost` exceeds the burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, GcraLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // redis-cell's `CL.THROTTLE user123 15 30 60 1`: 30 per minute, a
+    /// // max_burst of 15 (so 16 at once).
+    /// let limiter = GcraLimiter::new(30, Duration::from_secs(60))?.with_burst(16)?;
+    /// let (admission, state) = limiter.try_acquire_with_state(1)?;
+    /// assert!(matches!(admission, Admission::Granted(_)));
+    /// assert!(!state.is_limited());
+    /// assert_eq!(state.limit(), 16);
+    /// assert_eq!(state.remaining(), 15);
+    /// assert_eq!(state.retry_after(), None); // redis-cell's -1
+    /// assert_eq!(state.reset_after(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire_with_state(
+        &self,
+        cost: u32,
+    ) -> Result<(Admission, GcraState), LimiterError> {
+        self.cells.check(cost)?;
+        let (admission, outcome) = self.cells.admit_reporting(cost);
+        Ok((admission, self.state(outcome)))
+    }
+
+    fn state(&self, outcome: Outcome) -> GcraState {
+        let since_now = |at: u64| Duration::from_nanos(at.saturating_sub(outcome.now));
+        let paused = outcome.not_before > outcome.now;
+        GcraState {
+            limited: outcome.retry_at.is_some(),
+            limit: self.burst(),
+            remaining: if paused {
+                0
+            } else {
+                self.cells.available(&outcome)
+            },
+            reset_after: since_now(outcome.tat.max(outcome.not_before)),
+            retry_after: outcome.retry_at.map(since_now),
+        }
+    }
+}
+
+impl_limiter_for_cells!(GcraLimiter);
+
+impl fmt::Debug for GcraLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GcraLimiter")
+            .field("interval", &self.interval())
+            .field("burst", &self.burst())
+            .finish()
+    }
+}
+
+/// A [`GcraLimiter`]'s state around one decision: the reply of redis-cell's
+/// `CL.THROTTLE`, with durations instead of whole seconds.
+///
+/// | `CL.THROTTLE key max_burst count period quantity` | tower-limits |
+/// |---|---|
+/// | `count`, `period` | [`GcraLimiter::new(count, period)`](GcraLimiter::new) |
+/// | `max_burst` | [`with_burst(max_burst + 1)`](GcraLimiter::with_burst) |
+/// | `quantity` | the call's cost; 0 peeks |
+/// | reply 1: limited (0 or 1) | [`is_limited`](Self::is_limited) |
+/// | reply 2: `X-RateLimit-Limit` (`max_burst + 1`) | [`limit`](Self::limit) |
+/// | reply 3: `X-RateLimit-Remaining` | [`remaining`](Self::remaining) |
+/// | reply 4: `Retry-After` (−1 if allowed) | [`retry_after`](Self::retry_after) (`None` if allowed) |
+/// | reply 5: `X-RateLimit-Reset` | [`reset_after`](Self::reset_after) |
+///
+/// Two differences: a cost above the limit is an error
+/// ([`CostTooHigh`](crate::error::CostTooHigh)) rather than a reply that is
+/// limited forever; and a pause set with
+/// [`set_next_available_time`](crate::Limiter::set_next_available_time)
+/// (which redis-cell has not) shows as `remaining` 0 and a `retry_after` and
+/// `reset_after` no earlier than its end.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{GcraLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(2)?;
+/// limiter.try_acquire_with_state(2)?;
+/// let (_, state) = limiter.try_acquire_with_state(1)?;
+/// assert!(state.is_limited());
+/// assert_eq!((state.limit(), state.remaining()), (2, 0));
+/// assert_eq!(state.retry_after(), Some(Duration::from_secs(1)));
+/// assert_eq!(state.reset_after(), Duration::from_secs(2));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraState {
+    limited: bool,
+    limit: u32,
+    remaining: u32,
+    reset_after: Duration,
+    retry_after: Option<Duration>,
+}
+
+impl GcraState {
+    /// Whether the call was (or would be) denied.
+    pub fn is_limited(&self) -> bool {
+        self.limited
+    }
+
+    /// The burst: how many calls may go at once (redis-cell's
+    /// `max_burst + 1`).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How many calls costing 1 could go right after this decision, at once.
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// How long until the limiter is back to a full burst (its initial
+    /// state; redis-cell lets the key expire then).
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// How long until the denied call would be admitted; `None` if it was
+    /// admitted.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}

@@ -1,0 +1,524 @@
+//! [`LeakyBucketLimiter`]: a constant drip with a bounded queue.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::cell::{CellConfig, Names};
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{BucketFull, ConfigError, CostTooHigh, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
+use crate::rate::Rate;
+
+/// Starts calls at a constant drip of `count` per `period`, never faster and
+/// never in bursts, and queues at most `queue_capacity` callers behind the
+/// drip: the leaky bucket *as a queue* of seed 001.
+///
+/// # How it works
+///
+/// The drip admits one unit every `interval = period / count` (rounded up to
+/// a whole nanosecond, so the rate is never exceeded). A call costing `n`
+/// occupies `n` slots of the drip: it is admitted only once the previous
+/// call's slots have passed, and the next call may start `n` intervals after
+/// it. Consecutive admissions are therefore always at least one interval
+/// apart, measured between the instants the limiter decided.
+///
+/// A call that finds the drip busy is not admitted but **booked**: it gets
+/// the next free slots after everything already booked, and its
+/// [`Denial`] names the start of its slot. The bookings are the bucket's
+/// queue, measured in time: the slots booked beyond the drip in progress may
+/// cover at most `queue_capacity` intervals. A call that would book past that
+/// fails at once with [`BucketFull`] (the bucket overflows), which names when
+/// the queue will have room again. Bookings drain as time passes, whether or
+/// not their callers come back: a caller that gives up costs its slot, never
+/// capacity.
+///
+/// A booking is a place in the schedule, not a ticket: the limiter does not
+/// know who holds it. Whoever asks once the drip is free starts. A caller
+/// that comes back to find its slot taken (it woke late, or a newcomer took
+/// a slot that a caller who gave up left free) is booked again, at the back.
+/// Behind a [`LimitLayer`](crate::LimitLayer), whose queue is first come,
+/// first served, only the caller at its head asks the bucket, so callers
+/// start in arrival order and the layer's
+/// [`max_waiting`](crate::LimitLayer::max_waiting) bounds the queue; the
+/// bucket's own queue then matters for callers that share it directly
+/// ([`LimiterExt::acquire`](crate::LimiterExt::acquire) in many tasks, or
+/// several layers around one bucket).
+///
+/// The state is three atomic words (the end of the drip in progress, the
+/// end of the bookings, a pause); a decision is one compare-and-swap, and a
+/// booking one more.
+///
+/// # When to pick it
+///
+/// * The downstream cannot absorb any burst (a legacy system, a fragile
+///   database): output is smoothed to the drip whatever the arrival pattern.
+/// * Excess demand should be turned away rather than queued without bound:
+///   the queue capacity caps how long a caller can be told to wait
+///   (`queue_capacity × interval`).
+/// * Prefer [`TokenBucketLimiter`](crate::TokenBucketLimiter) or
+///   [`GcraLimiter`](crate::GcraLimiter) when short bursts are fine (most
+///   APIs), and [`DelayLimiter`](crate::DelayLimiter) for a fixed gap with no
+///   queue bound.
+///
+/// # Timing
+///
+/// Strict spacing is measured from the instant each call was actually
+/// admitted. A caller that waits wakes on a tokio timer, which fires on
+/// whole milliseconds and a little late on a busy runtime; the next slot
+/// counts from when it did start, so late wake-ups lower the achieved rate
+/// (they never raise it). On paused tokio time with exact wake-ups the rate
+/// is exact. Above 1,000 calls per second, waiting callers are admitted at
+/// most one per timer tick; prefer a token bucket with a small burst there.
+///
+/// A refund frees the drip time its permit took for the next caller that
+/// asks; callers already booked keep their slots (they are not woken, so
+/// they do not lose their place). [`clear`](Limiter::clear) forgets the
+/// bookings and wakes every booked caller.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::{Admission, LeakyBucketLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 10 a second, up to 2 units waiting.
+/// let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 2)?;
+/// let start = Instant::now();
+/// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
+///
+/// // A burst: the next two are booked 100 ms apart...
+/// for slot in 1..=2 {
+///     let Admission::Denied(denial) = bucket.try_acquire().await? else { unreachable!() };
+///     assert_eq!(denial.retry_at(), Some(start + Duration::from_millis(100 * slot)));
+/// }
+/// // ...and the bucket overflows.
+/// assert!(bucket.try_acquire().await.is_err());
+///
+/// // The first booked caller comes back at its slot and starts.
+/// tokio::time::advance(Duration::from_millis(100)).await;
+/// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LeakyBucketLimiter {
+    state: Arc<BucketState>,
+}
+
+struct BucketState {
+    config: CellConfig,
+    /// Nanoseconds per unit.
+    interval: u64,
+    /// `queue_capacity × interval`: how far past the drip in progress slots
+    /// may be booked.
+    span: u64,
+    /// The end of the drip in progress, in nanoseconds since the clock's
+    /// epoch: nothing starts before it.
+    drip: AtomicU64,
+    /// The end of the last booked slot.
+    booked: AtomicU64,
+    /// Nothing starts before this (a pause).
+    not_before: AtomicU64,
+    /// Fired by `clear`.
+    reopened: ReleaseEvent,
+    clock: Clock,
+}
+
+/// What the parameters are called in [`LeakyBucketLimiter::new`].
+const NAMES: Names = Names {
+    count: "count",
+    burst: "queue_capacity",
+};
+
+impl LeakyBucketLimiter {
+    /// A bucket dripping `count` calls per `period`, with room for
+    /// `queue_capacity` units waiting behind the drip.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field if `count` is 0, `period` is zero,
+    /// `queue_capacity` is 0, `count` exceeds one per nanosecond of
+    /// `period`, or the queue would span more than 100 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::LeakyBucketLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let bucket = LeakyBucketLimiter::new(50, Duration::from_secs(1), 100)?;
+    /// assert_eq!(bucket.interval(), Duration::from_millis(20));
+    /// assert_eq!(bucket.queue_capacity(), 100);
+    ///
+    /// let second = Duration::from_secs(1);
+    /// assert_eq!(LeakyBucketLimiter::new(0, second, 1).unwrap_err().field(), "count");
+    /// assert_eq!(LeakyBucketLimiter::new(1, Duration::ZERO, 1).unwrap_err().field(), "period");
+    /// assert_eq!(LeakyBucketLimiter::new(1, second, 0).unwrap_err().field(), "queue_capacity");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(count: u64, period: Duration, queue_capacity: u32) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(NAMES, count, period, queue_capacity)?;
+        Ok(Self::build(config, Clock::default()))
+    }
+
+    /// [`new`](LeakyBucketLimiter::new) with the drip given as a [`Rate`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] on the rules of [`new`](LeakyBucketLimiter::new).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{LeakyBucketLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = LeakyBucketLimiter::from_rate("5/s".parse::<Rate>()?, 10)?;
+    /// assert_eq!(bucket.interval(), Duration::from_millis(200));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_rate(rate: Rate, queue_capacity: u32) -> Result<Self, ConfigError> {
+        Self::new(rate.count(), rate.per(), queue_capacity)
+    }
+
+    /// The same bucket reading `clock` (see [`Clock`]); state starts afresh.
+    ///
+    /// Call it before handing out clones: the limiter it returns shares no
+    /// state with them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, LeakyBucketLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(60), 1)?;
+    /// bucket.record_start().await?;
+    /// assert!(!bucket.can_proceed().await?);
+    ///
+    /// let bucket = bucket.with_clock(Clock::fast());
+    /// assert_eq!(bucket.interval(), Duration::from_secs(60)); // same configuration
+    /// assert!(bucket.can_proceed().await?); // fresh state
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self::build(self.state.config, clock)
+    }
+
+    fn build(config: CellConfig, clock: Clock) -> Self {
+        let interval = duration_nanos(config.interval());
+        Self {
+            state: Arc::new(BucketState {
+                config,
+                interval,
+                span: interval * u64::from(config.burst()),
+                drip: AtomicU64::new(0),
+                booked: AtomicU64::new(0),
+                not_before: AtomicU64::new(0),
+                reopened: ReleaseEvent::new(),
+                clock,
+            }),
+        }
+    }
+
+    /// The drip interval, `period / count` rounded up to a whole nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::LeakyBucketLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let bucket = LeakyBucketLimiter::new(3, Duration::from_secs(1), 1)?;
+    /// assert_eq!(bucket.interval(), Duration::from_nanos(333_333_334));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.state.config.interval()
+    }
+
+    /// How many units may wait behind the drip.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::LeakyBucketLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// assert_eq!(LeakyBucketLimiter::new(1, Duration::from_secs(1), 8)?.queue_capacity(), 8);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queue_capacity(&self) -> u32 {
+        self.state.config.burst()
+    }
+
+    /// How many units are booked behind the drip now (a slot that has begun
+    /// without its caller counts until it ends).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{LeakyBucketLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 5)?;
+    /// drop(bucket.try_acquire().await?); // starts at once
+    /// drop(bucket.try_acquire_many(3).await?); // booked: 3 units
+    /// assert_eq!(bucket.queued(), 3);
+    /// tokio::time::advance(Duration::from_secs(3)).await; // its caller never came back
+    /// assert_eq!(bucket.queued(), 1);
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert_eq!(bucket.queued(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queued(&self) -> u32 {
+        let state = &self.state;
+        let now = state.clock.now_nanos();
+        let behind = state.booked.load(Ordering::Acquire);
+        let ahead = state.free_at().max(now);
+        let units = behind.saturating_sub(ahead).div_ceil(state.interval);
+        u32::try_from(units).unwrap_or(u32::MAX)
+    }
+}
+
+impl BucketState {
+    /// The time `cost` units occupy on the drip.
+    #[inline]
+    fn weight(&self, cost: u32) -> u64 {
+        self.interval.saturating_mul(u64::from(cost))
+    }
+
+    /// When the drip is next free: the end of the drip in progress or of a
+    /// pause.
+    #[inline]
+    fn free_at(&self) -> u64 {
+        let drip = self.drip.load(Ordering::SeqCst);
+        drip.max(self.not_before.load(Ordering::SeqCst))
+    }
+
+    /// Starts a call costing `cost` at `now` if the drip is free; else
+    /// says when it frees.
+    #[inline]
+    fn start(&self, now: u64, cost: u32) -> Result<Permit, u64> {
+        let not_before = self.not_before.load(Ordering::SeqCst);
+        let mut drip = self.drip.load(Ordering::SeqCst);
+        loop {
+            let free_at = drip.max(not_before);
+            if now < free_at {
+                return Err(free_at);
+            }
+            // `SeqCst`, as `ReleaseEvent` requires of the second look.
+            let ends = now.saturating_add(self.weight(cost));
+            match self
+                .drip
+                .compare_exchange_weak(drip, ends, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Ok(Permit::with_token(now).with_cost(cost)),
+                Err(current) => drip = current,
+            }
+        }
+    }
+
+    /// The slot a call costing `cost` would book behind `booked`, the drip
+    /// being busy until `free_at`; or [`BucketFull`].
+    ///
+    /// The call fits once the drip in progress ends at `ends − span` or
+    /// later; if the units booked ahead start on time, that drip begins one
+    /// interval earlier, which is when the error says to retry.
+    #[inline]
+    fn slot(&self, booked: u64, free_at: u64, cost: u32) -> Result<u64, BucketFull> {
+        let slot = booked.max(free_at);
+        let ends = slot.saturating_add(self.weight(cost));
+        if ends - free_at > self.span {
+            let fits_at = (ends - self.span)
+                .saturating_sub(self.interval)
+                .max(free_at);
+            let full = BucketFull::new(self.config.burst(), self.clock.instant_at(fits_at));
+            return Err(full);
+        }
+        Ok(slot)
+    }
+
+    /// Books the slot of a call costing `cost`, the drip being busy until
+    /// `free_at`.
+    fn book(&self, free_at: u64, cost: u32) -> Result<u64, BucketFull> {
+        let mut booked = self.booked.load(Ordering::SeqCst);
+        loop {
+            let slot = self.slot(booked, free_at, cost)?;
+            let ends = slot.saturating_add(self.weight(cost));
+            match self.booked.compare_exchange_weak(
+                booked,
+                ends,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Ok(slot),
+                Err(current) => booked = current,
+            }
+        }
+    }
+
+    /// Starts the call, or books its slot (listening for `clear` first, so
+    /// that a reset in between is not missed), or overflows.
+    #[inline]
+    fn admit(&self, cost: u32) -> Result<Admission, LimiterError> {
+        CostTooHigh::check(cost, self.config.burst() as usize)?;
+        let now = self.clock.now_nanos();
+        match self.start(now, cost) {
+            Ok(permit) => Ok(Admission::Granted(permit)),
+            Err(_) => self.book_or_start(now, cost),
+        }
+    }
+
+    /// The rest of [`admit`](Self::admit) once the drip was found busy.
+    #[cold]
+    #[inline(never)]
+    fn book_or_start(&self, now: u64, cost: u32) -> Result<Admission, LimiterError> {
+        let listener = self.reopened.listen();
+        match self.start(now, cost) {
+            Ok(permit) => Ok(Admission::Granted(permit)),
+            Err(free_at) => {
+                let slot = self.book(free_at, cost).map_err(LimiterError::new)?;
+                let denial = Denial::until(self.clock.instant_at(slot));
+                Ok(Admission::Denied(denial.or_released(listener)))
+            }
+        }
+    }
+
+    /// What [`admit`](Self::admit) would answer now, booking nothing.
+    fn look(&self, cost: u32) -> Result<Option<Denial>, LimiterError> {
+        CostTooHigh::check(cost, self.config.burst() as usize)?;
+        let now = self.clock.now_nanos();
+        let free_at = self.free_at();
+        if now >= free_at {
+            return Ok(None);
+        }
+        let booked = self.booked.load(Ordering::SeqCst);
+        let slot = self
+            .slot(booked, free_at, cost)
+            .map_err(LimiterError::new)?;
+        Ok(Some(Denial::until(self.clock.instant_at(slot))))
+    }
+
+    /// Moves the end of the drip that a start at `start` costing `from`
+    /// opened to `to` units: shorter only if nothing moved it since, longer
+    /// always (the difference is added to whatever the drip is now).
+    fn redrip(&self, start: u64, from: u32, to: u32) {
+        let old = start.saturating_add(self.weight(from));
+        let new = start.saturating_add(self.weight(to));
+        let moved = self
+            .drip
+            .compare_exchange(old, new, Ordering::SeqCst, Ordering::Relaxed);
+        if moved.is_err() && to > from {
+            self.drip
+                .fetch_add(self.weight(to - from), Ordering::SeqCst);
+        }
+    }
+}
+
+impl Limiter for LeakyBucketLimiter {
+    /// Starts a call costing `cost` if the drip is free (it then occupies
+    /// `cost` intervals); else books its slot and names it, or fails with
+    /// [`BucketFull`] when the queue has no room. A cost above the queue
+    /// capacity fails with [`CostTooHigh`].
+    #[inline]
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(self.state.admit(cost))
+    }
+
+    /// Whether the drip is free now.
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let state = &self.state;
+        LimiterFuture::ready(Ok(state.clock.now_nanos() >= state.free_at()))
+    }
+
+    /// The denial a call costing `cost` would get (naming the slot it would
+    /// book), or the [`BucketFull`] error; books nothing.
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        LimiterFuture::ready(self.state.look(cost))
+    }
+
+    /// Occupies one interval of the drip, after whatever occupies it now.
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let state = &self.state;
+        let now = state.clock.now_nanos();
+        // The closure never declines, so this cannot fail.
+        let _ = state
+            .drip
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |drip| {
+                Some(drip.max(now).saturating_add(state.interval))
+            });
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Nothing to do: only starts occupy the drip.
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Now if the drip is free; else the slot a new call would book (behind
+    /// every booking, whether or not the queue has room for it).
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let state = &self.state;
+        let now = state.clock.now_nanos();
+        let free_at = state.free_at();
+        let at = if now >= free_at {
+            now
+        } else {
+            state.booked.load(Ordering::SeqCst).max(free_at)
+        };
+        LimiterFuture::ready(Ok(state.clock.instant_at(at)))
+    }
+
+    /// A pause: nothing starts before `at`. It never shortens a wait; the
+    /// queue counts from the end of the pause.
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let nanos = self.state.clock.nanos_at(at);
+        self.state.not_before.fetch_max(nanos, Ordering::SeqCst);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// A free drip, no bookings and no pause; booked callers are woken.
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let state = &self.state;
+        state.drip.store(0, Ordering::SeqCst);
+        state.booked.store(0, Ordering::SeqCst);
+        state.not_before.store(0, Ordering::SeqCst);
+        state.reopened.notify();
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Frees the drip time the permit took, if nothing has started since,
+    /// for the next caller that asks; booked callers keep their slots.
+    fn refund(&self, permit: Permit) {
+        if let (Some(start), cost) = permit.disarm() {
+            self.state.redrip(start, cost, 0);
+        }
+    }
+
+    /// Makes the permit occupy `actual` intervals of the drip: fewer frees
+    /// the rest if nothing has started since, more delays the drip by the
+    /// difference.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        if let Some(start) = permit.token() {
+            self.state.redrip(start, permit.cost(), actual);
+            permit.settled(actual, None);
+        }
+    }
+}
+
+impl fmt::Debug for LeakyBucketLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakyBucketLimiter")
+            .field("interval", &self.interval())
+            .field("queue_capacity", &self.queue_capacity())
+            .finish()
+    }
+}

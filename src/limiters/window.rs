@@ -1,0 +1,301 @@
+//! What the window limiters ([`FixedWindowLimiter`](crate::FixedWindowLimiter)
+//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter))
+//! share: the validated limit, the window length, the arithmetic of aligned
+//! windows on the limiter's clock, and (through [`WindowState`] and
+//! [`impl_limiter_for_windows`]) their [`Limiter`](crate::Limiter)
+//! implementation.
+//!
+//! Window `k` covers the nanoseconds `[k·W − phase, (k + 1)·W − phase)` of
+//! the clock (counted from its epoch). With a phase of 0 the windows are
+//! aligned to the clock's epoch; [`Windows::aligned_to_unix_time`] picks the
+//! phase that puts every boundary on a multiple of `W` since the Unix epoch.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock::{Clock, duration_nanos};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
+use crate::limiter::{Admission, ReleaseEvent};
+use crate::rate::Rate;
+
+/// A validated window configuration.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Windows {
+    /// The most a window admits.
+    max: u32,
+    /// `W`, in nanoseconds; at least 1.
+    length: u64,
+    /// Whether boundaries fall on multiples of `W` in Unix time.
+    unix_aligned: bool,
+    /// How far the clock's epoch lies into its window, in `[0, W)`.
+    phase: u64,
+}
+
+impl Windows {
+    /// `max_executions` per `window`, aligned to the clock's epoch.
+    pub(super) fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
+        if max_executions == 0 {
+            return Err(ConfigError::new(
+                "max_executions",
+                max_executions,
+                "must be at least 1",
+            ));
+        }
+        if window.is_zero() {
+            return Err(ConfigError::new(
+                "window",
+                window,
+                "must be longer than zero",
+            ));
+        }
+        Ok(Self {
+            max: max_executions,
+            length: duration_nanos(window),
+            unix_aligned: false,
+            phase: 0,
+        })
+    }
+
+    /// `rate.count()` per `rate.per()`.
+    pub(super) fn from_rate(rate: Rate) -> Result<Self, ConfigError> {
+        let max = u32::try_from(rate.count())
+            .map_err(|_| ConfigError::new("count", rate.count(), "must fit in a u32"))?;
+        Self::new(max, rate.per())
+    }
+
+    /// The same windows for `clock`: a Unix alignment is computed afresh
+    /// for its epoch.
+    pub(super) fn for_clock(self, clock: &Clock) -> Self {
+        if !self.unix_aligned {
+            return self;
+        }
+        // The Unix time of the clock's epoch: read both clocks once.
+        let since_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(duration_nanos)
+            .unwrap_or(0);
+        let epoch_unix = since_unix.saturating_sub(clock.now_nanos());
+        Self {
+            phase: epoch_unix % self.length,
+            ..self
+        }
+    }
+
+    /// The same windows with boundaries on multiples of `W` in Unix time,
+    /// for `clock`.
+    pub(super) fn aligned_to_unix_time(self, clock: &Clock) -> Self {
+        Self {
+            unix_aligned: true,
+            ..self
+        }
+        .for_clock(clock)
+    }
+
+    pub(super) fn max(&self) -> u32 {
+        self.max
+    }
+
+    pub(super) fn length(&self) -> u64 {
+        self.length
+    }
+
+    pub(super) fn window(&self) -> Duration {
+        Duration::from_nanos(self.length)
+    }
+
+    pub(super) fn is_unix_aligned(&self) -> bool {
+        self.unix_aligned
+    }
+
+    /// `Ok` if `cost` fits in one window; else [`CostTooHigh`].
+    #[inline]
+    pub(super) fn check(&self, cost: u32) -> Result<(), LimiterError> {
+        CostTooHigh::check(cost, self.max as usize)
+    }
+
+    /// The index of the window holding `nanos`.
+    #[inline]
+    pub(super) fn index(&self, nanos: u64) -> u64 {
+        nanos.saturating_add(self.phase) / self.length
+    }
+
+    /// When window `index` begins (0 for a window that began before the
+    /// epoch).
+    #[inline]
+    pub(super) fn start(&self, index: u64) -> u64 {
+        index.saturating_mul(self.length).saturating_sub(self.phase)
+    }
+}
+
+/// The state of a window limiter, as the shared [`Limiter`](crate::Limiter)
+/// implementation sees it. Times are nanoseconds since the clock's epoch;
+/// the token of a grant is the index of its window.
+pub(super) trait WindowState: Send + Sync + 'static {
+    fn windows(&self) -> &Windows;
+
+    fn clock(&self) -> &Clock;
+
+    /// Fired when a refund or `clear` gives room back early.
+    fn reopened(&self) -> &ReleaseEvent;
+
+    /// One attempt: counts `cost` in the current window, or says until when
+    /// it may not.
+    fn decide(&self, cost: u32) -> Admission;
+
+    /// When a call costing `cost` may start, if not now; counts nothing.
+    fn look(&self, cost: u32) -> Option<u64>;
+
+    /// Moves the units counted for window `index` from `from` to `to` where
+    /// they still count; an increase is charged to the current window once
+    /// they no longer do. Returns whether room was given back.
+    fn recount(&self, index: u64, from: u32, to: u32) -> bool;
+
+    /// Nothing starts before `nanos`; an earlier pause changes nothing.
+    fn pause_until(&self, nanos: u64);
+
+    /// Empty windows and no pause.
+    fn reset(&self);
+}
+
+/// Implements [`Limiter`](crate::Limiter) for a handle whose `state` field
+/// is an `Arc` of a [`WindowState`].
+macro_rules! impl_limiter_for_windows {
+    ($limiter:ty) => {
+        const _: () = {
+            use tokio::time::Instant;
+
+            use $crate::error::LimiterError;
+            use $crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+            use $crate::limiters::window::WindowState;
+
+            impl Limiter for $limiter {
+                /// A call costing `cost` counts `cost` starts in the current
+                /// window; a cost above the limit fails with
+                /// [`CostTooHigh`](crate::error::CostTooHigh).
+                #[inline]
+                fn try_acquire_many(
+                    &self,
+                    cost: u32,
+                ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+                    let state = &*self.state;
+                    let admission = state
+                        .windows()
+                        .check(cost)
+                        .map(|()| state.reopened().decide(|| state.decide(cost)));
+                    LimiterFuture::ready(admission)
+                }
+
+                fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+                    LimiterFuture::ready(Ok(self.state.look(1).is_none()))
+                }
+
+                fn peek(
+                    &self,
+                    cost: u32,
+                ) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+                    let state = &*self.state;
+                    let answer = state.windows().check(cost).map(|()| {
+                        let blocked = state.look(cost);
+                        blocked.map(|at| Denial::until(state.clock().instant_at(at)))
+                    });
+                    LimiterFuture::ready(answer)
+                }
+
+                /// Counts one start in the current window, even past the limit.
+                fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+                    let state = &*self.state;
+                    let index = state.windows().index(state.clock().now_nanos());
+                    state.recount(index, 0, 1);
+                    LimiterFuture::ready(Ok(()))
+                }
+
+                /// Nothing to do: only starts count.
+                fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+                    LimiterFuture::ready(Ok(()))
+                }
+
+                /// Now if a call could start; else the exact instant one
+                /// could, or the end of a pause.
+                fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+                    let state = &*self.state;
+                    let now = state.clock().now_nanos();
+                    let at = state.look(1).unwrap_or(now);
+                    LimiterFuture::ready(Ok(state.clock().instant_at(at)))
+                }
+
+                /// A pause: nothing starts before `at`. It never shortens a
+                /// wait and leaves the counts as they are.
+                fn set_next_available_time(
+                    &self,
+                    at: Instant,
+                ) -> LimiterFuture<'_, Result<(), LimiterError>> {
+                    self.state.pause_until(self.state.clock().nanos_at(at));
+                    LimiterFuture::ready(Ok(()))
+                }
+
+                /// Empty windows and no pause; wakes denied callers.
+                fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+                    self.state.reset();
+                    self.state.reopened().notify();
+                    LimiterFuture::ready(Ok(()))
+                }
+
+                /// Gives the permit's units back while they still count (see
+                /// the limiter's docs); after that there is nothing to give.
+                fn refund(&self, permit: Permit) {
+                    if let (Some(index), cost) = permit.disarm()
+                        && self.state.recount(index, cost, 0)
+                    {
+                        self.state.reopened().notify();
+                    }
+                }
+
+                /// Moves the permit's count to `actual`: a lower cost gives
+                /// units back while they still count, a higher one is always
+                /// charged (to the current window once the permit's units no
+                /// longer count).
+                fn settle(&self, permit: &mut Permit, actual: u32) {
+                    if let Some(index) = permit.token() {
+                        if self.state.recount(index, permit.cost(), actual) {
+                            self.state.reopened().notify();
+                        }
+                        permit.settled(actual, None);
+                    }
+                }
+            }
+        };
+    };
+}
+
+pub(super) use impl_limiter_for_windows;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_tile_the_clock() {
+        let windows = Windows::new(3, Duration::from_nanos(10)).unwrap();
+        assert_eq!(windows.index(0), 0);
+        assert_eq!(windows.index(9), 0);
+        assert_eq!(windows.index(10), 1);
+        assert_eq!(windows.start(1), 10);
+    }
+
+    #[test]
+    fn a_phase_moves_the_boundaries_earlier() {
+        let windows = Windows {
+            phase: 3,
+            ..Windows::new(3, Duration::from_nanos(10)).unwrap()
+        };
+        assert_eq!(windows.index(6), 0);
+        assert_eq!(windows.index(7), 1);
+        assert_eq!(windows.start(1), 7);
+        assert_eq!(windows.start(0), 0);
+    }
+
+    #[test]
+    fn a_rate_too_large_for_a_window_is_refused() {
+        let rate = Rate::new(u64::from(u32::MAX) + 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(Windows::from_rate(rate).unwrap_err().field(), "count");
+    }
+}

@@ -1,0 +1,699 @@
+//! The leaky bucket, the fixed window and the sliding window counter:
+//! spacing, queue bound, boundary burst, error bound against an exact log,
+//! costs, refunds, pauses, precision at high rates, and 1,000 concurrent
+//! callers on a multi-thread runtime.
+//!
+//! Everything but the stress tests runs on paused tokio time.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::{Instant, advance};
+use tower::{ServiceBuilder, ServiceExt, service_fn};
+use tower_limits::error::{BucketFull, CostTooHigh, LimiterError};
+use tower_limits::{
+    Admission, Denial, FixedWindowLimiter, LeakyBucketLimitLayer, LeakyBucketLimiter, Limiter,
+    LimiterExt, Permit, SlidingWindowCounterLimiter,
+};
+
+// ---------------------------------------------------------------- helpers
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+fn is_granted(answer: &Admission) -> bool {
+    matches!(answer, Admission::Granted(_))
+}
+
+async fn granted(limiter: &impl Limiter, cost: u32) -> Permit {
+    match limiter.try_acquire_many(cost).await.expect("no error") {
+        Admission::Granted(permit) => permit,
+        Admission::Denied(denial) => panic!("expected a grant, denied until {denial:?}"),
+    }
+}
+
+async fn denied(limiter: &impl Limiter, cost: u32) -> Denial {
+    match limiter.try_acquire_many(cost).await.expect("no error") {
+        Admission::Denied(denial) => denial,
+        Admission::Granted(_) => panic!("expected a denial"),
+    }
+}
+
+/// The instant a denial names.
+async fn denied_until(limiter: &impl Limiter, cost: u32) -> Instant {
+    denied(limiter, cost).await.retry_at().expect("an instant")
+}
+
+/// The error inside a failed acquisition, as `E`.
+fn cause<E: std::error::Error + Copy + 'static>(error: &LimiterError) -> E {
+    *error
+        .get_ref()
+        .downcast_ref::<E>()
+        .expect("the expected error")
+}
+
+async fn overflow(bucket: &LeakyBucketLimiter, cost: u32) -> BucketFull {
+    let error = bucket
+        .try_acquire_many(cost)
+        .await
+        .expect_err("the bucket is full");
+    cause(&error)
+}
+
+/// Admissions within `span` of paused time, retrying each denied call at
+/// exactly the instant its denial names (no timer rounding).
+async fn admissions_within(limiter: &impl Limiter, span: Duration) -> u64 {
+    let end = Instant::now() + span;
+    let mut admitted = 0;
+    loop {
+        match limiter.try_acquire().await.expect("no error") {
+            Admission::Granted(_) => admitted += 1,
+            Admission::Denied(denial) => {
+                let at = denial.retry_at().expect("an instant");
+                if at >= end {
+                    return admitted;
+                }
+                advance(at - Instant::now()).await;
+            }
+        }
+    }
+}
+
+/// `admitted` within `span` is `per_second × span` within 0.1%.
+fn assert_rate(admitted: u64, per_second: u64, span: Duration) {
+    let expected = per_second as f64 * span.as_secs_f64();
+    let error = (admitted as f64 - expected).abs() / expected;
+    assert!(
+        error <= 0.001,
+        "{admitted} admitted in {span:?}, expected {expected} ({:.4}% off)",
+        error * 100.0
+    );
+}
+
+// ------------------------------------------------------------ leaky bucket
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_never_admits_two_calls_closer_than_its_interval() {
+    let bucket = LeakyBucketLimiter::new(50, Duration::from_secs(1), 100).unwrap();
+    let interval = bucket.interval();
+    let start = Instant::now();
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    // Bursts of 20 callers, some while earlier ones still drain.
+    let mut tasks = Vec::new();
+    for at in [0, 37, 180, 181, 500] {
+        tokio::time::sleep_until(start + ms(at)).await;
+        for _ in 0..20 {
+            let (bucket, grants) = (bucket.clone(), Arc::clone(&grants));
+            tasks.push(tokio::spawn(async move {
+                let _permit = bucket.acquire().await.expect("the queue has room");
+                grants.lock().unwrap().push(Instant::now() - start);
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut grants = grants.lock().unwrap().clone();
+    grants.sort();
+    for pair in grants.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= interval,
+            "{pair:?} closer than {interval:?}"
+        );
+    }
+    // And the drip never idled while callers waited: one every 20 ms.
+    let expected: Vec<_> = (0..100).map(|k| interval * k).collect();
+    assert_eq!(grants, expected);
+    assert_eq!(bucket.queued(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_turns_callers_away_once_its_queue_is_full() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 3).unwrap();
+    let start = Instant::now();
+    let _first = granted(&bucket, 1).await;
+    for slot in 1..=3 {
+        assert_eq!(denied_until(&bucket, 1).await, start + ms(100 * slot));
+    }
+    assert_eq!(bucket.queued(), 3);
+
+    let full = overflow(&bucket, 1).await;
+    assert_eq!(full.capacity(), 3);
+    // Once the first booked caller starts, one unit fits again.
+    assert_eq!(full.retry_at(), start + ms(100));
+    assert_eq!(overflow(&bucket, 2).await.capacity(), 3);
+    // Peeking says the same and books nothing.
+    let error = bucket.peek(1).await.expect_err("full");
+    assert_eq!(cause::<BucketFull>(&error).capacity(), 3);
+    assert_eq!(bucket.queued(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_accepts_again_once_its_queue_drains() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 2).unwrap();
+    let start = Instant::now();
+    let _first = granted(&bucket, 1).await;
+    let first_booked = denied_until(&bucket, 1).await;
+    denied_until(&bucket, 1).await;
+    overflow(&bucket, 1).await;
+
+    // The first booked caller comes back at its slot and starts: one unit
+    // of room again.
+    advance(first_booked - Instant::now()).await;
+    let _second = granted(&bucket, 1).await;
+    assert_eq!(bucket.queued(), 1);
+    assert_eq!(denied_until(&bucket, 1).await, start + ms(300));
+    overflow(&bucket, 1).await;
+
+    // Nobody else comes back: the bookings drain with time (a slot that
+    // has begun counts until it ends).
+    advance(ms(250)).await;
+    assert_eq!(bucket.queued(), 1);
+    advance(ms(50)).await;
+    assert_eq!(bucket.queued(), 0);
+    let _third = granted(&bucket, 1).await;
+    for slot in [5, 6] {
+        assert_eq!(denied_until(&bucket, 1).await, start + ms(100 * slot));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_call_costing_n_occupies_n_slots() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 5).unwrap();
+    let start = Instant::now();
+    let batch = granted(&bucket, 3).await;
+    assert_eq!(batch.cost(), 3);
+    assert_eq!(denied_until(&bucket, 2).await, start + ms(300));
+    // The booked pair occupies two slots: the next one is at 500 ms.
+    assert_eq!(denied_until(&bucket, 1).await, start + ms(500));
+    assert_eq!(bucket.queued(), 3);
+
+    let error = bucket.try_acquire_many(6).await.unwrap_err();
+    assert_eq!(cause::<CostTooHigh>(&error), CostTooHigh::new(6, 5));
+    let error = bucket.peek(6).await.unwrap_err();
+    assert_eq!(cause::<CostTooHigh>(&error), CostTooHigh::new(6, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_refund_frees_the_drip_it_took() {
+    let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 1).unwrap();
+    let unused = granted(&bucket, 1).await;
+    assert!(!bucket.can_proceed().await.unwrap());
+    bucket.refund(unused);
+    assert!(bucket.can_proceed().await.unwrap());
+
+    // Once another call has started, an older permit gives nothing back.
+    let old = granted(&bucket, 1).await;
+    advance(Duration::from_secs(1)).await;
+    let _newer = granted(&bucket, 1).await;
+    bucket.refund(old);
+    assert!(!bucket.can_proceed().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_settle_moves_the_next_slot() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 5).unwrap();
+    let start = Instant::now();
+    let mut estimate = granted(&bucket, 4).await;
+    bucket.settle(&mut estimate, 1);
+    assert_eq!(estimate.cost(), 1);
+    assert_eq!(bucket.next_available_time().await.unwrap(), start + ms(100));
+    bucket.settle(&mut estimate, 3);
+    assert_eq!(bucket.next_available_time().await.unwrap(), start + ms(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_pause_holds_and_never_shortens() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 2).unwrap();
+    let resume = Instant::now() + Duration::from_secs(5);
+    bucket.set_next_available_time(resume).await.unwrap();
+    bucket
+        .set_next_available_time(Instant::now())
+        .await
+        .unwrap();
+    assert!(!bucket.can_proceed().await.unwrap());
+    assert_eq!(bucket.next_available_time().await.unwrap(), resume);
+    // The queue counts from the end of the pause.
+    assert_eq!(denied_until(&bucket, 1).await, resume);
+    assert_eq!(denied_until(&bucket, 1).await, resume + ms(100));
+    overflow(&bucket, 1).await;
+
+    advance(Duration::from_secs(5)).await;
+    let _permit = granted(&bucket, 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_clear_wakes_booked_callers() {
+    let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(60), 1).unwrap();
+    let _first = granted(&bucket, 1).await;
+    let booked = denied(&bucket, 1).await;
+    bucket.clear().await.unwrap();
+    tokio::time::timeout(ms(1), booked.wait())
+        .await
+        .expect("clear wakes the booked caller");
+    assert_eq!(bucket.queued(), 0);
+    let _permit = granted(&bucket, 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_layer_starts_callers_in_arrival_order_one_interval_apart() {
+    let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 1).unwrap();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let origin = Instant::now();
+    let recorded = Arc::clone(&starts);
+    let service = ServiceBuilder::new()
+        .layer(LeakyBucketLimitLayer::new(bucket))
+        .service(service_fn(move |id: usize| {
+            recorded.lock().unwrap().push((id, Instant::now() - origin));
+            async move { Ok::<_, Infallible>(id) }
+        }));
+    // Eight callers, more than the bucket's queue: the layer queues them.
+    let tasks: Vec<_> = (0..8)
+        .map(|id| tokio::spawn(service.clone().oneshot(id)))
+        .collect();
+    for task in tasks {
+        task.await.unwrap().expect("the layer admits every caller");
+    }
+    let expected: Vec<_> = (0..8).map(|id| (id, ms(100) * id as u32)).collect();
+    assert_eq!(*starts.lock().unwrap(), expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_matches_its_rate_at_10_000_and_100_000_per_second() {
+    for per_second in [10_000, 100_000] {
+        let bucket = LeakyBucketLimiter::new(per_second, Duration::from_secs(1), 1).unwrap();
+        let span = Duration::from_millis(500);
+        assert_rate(admissions_within(&bucket, span).await, per_second, span);
+    }
+}
+
+// ------------------------------------------------------------ fixed window
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_admits_twice_its_limit_across_a_boundary() {
+    let limiter = FixedWindowLimiter::new(100, Duration::from_secs(1)).unwrap();
+    let start = Instant::now();
+    advance(ms(999)).await;
+    let mut admitted = 0;
+    while is_granted(&limiter.try_acquire().await.unwrap()) {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 100);
+    advance(ms(1)).await;
+    while is_granted(&limiter.try_acquire().await.unwrap()) {
+        admitted += 1;
+    }
+    // 200 starts within one millisecond: twice the limit.
+    assert_eq!(admitted, 200);
+    assert_eq!(Instant::now() - start, ms(1000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_denial_names_the_start_of_the_next_window() {
+    let limiter = FixedWindowLimiter::new(3, Duration::from_secs(1)).unwrap();
+    let start = Instant::now();
+    advance(ms(250)).await;
+    let _batch = granted(&limiter, 3).await;
+    assert_eq!(denied_until(&limiter, 1).await, start + ms(1000));
+    assert_eq!(
+        limiter.next_available_time().await.unwrap(),
+        start + ms(1000)
+    );
+    assert_eq!(limiter.remaining(), 0);
+    advance(ms(750)).await;
+    assert_eq!(limiter.remaining(), 3);
+    let _permit = granted(&limiter, 3).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_costs_count_and_a_cost_above_the_limit_fails() {
+    let limiter = FixedWindowLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let _eight = granted(&limiter, 8).await;
+    assert!(limiter.peek(2).await.unwrap().is_none());
+    assert!(limiter.peek(3).await.unwrap().is_some());
+    denied(&limiter, 3).await;
+    let _two = granted(&limiter, 2).await;
+
+    let error = limiter.try_acquire_many(11).await.unwrap_err();
+    assert_eq!(cause::<CostTooHigh>(&error), CostTooHigh::new(11, 10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_refund_gives_back_only_while_its_window_lasts() {
+    let limiter = FixedWindowLimiter::new(2, Duration::from_secs(1)).unwrap();
+    let unused = granted(&limiter, 2).await;
+    limiter.refund(unused);
+    assert_eq!(limiter.remaining(), 2);
+
+    let late = granted(&limiter, 2).await;
+    advance(Duration::from_secs(1)).await;
+    let _next = granted(&limiter, 1).await;
+    limiter.refund(late); // its window is over: nothing to give back
+    assert_eq!(limiter.remaining(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_pause_holds_and_never_shortens() {
+    let limiter = FixedWindowLimiter::new(5, Duration::from_secs(1)).unwrap();
+    let resume = Instant::now() + ms(2500);
+    limiter.set_next_available_time(resume).await.unwrap();
+    limiter
+        .set_next_available_time(Instant::now())
+        .await
+        .unwrap();
+    assert_eq!(denied_until(&limiter, 1).await, resume);
+    advance(ms(2500)).await;
+    let _permit = granted(&limiter, 5).await;
+    // Full in the window the pause ended in: wait for the next one.
+    assert_eq!(denied_until(&limiter, 1).await, resume + ms(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_matches_its_rate_at_10_000_and_100_000_per_second() {
+    for per_second in [10_000, 100_000] {
+        let per_window = u32::try_from(per_second / 10).unwrap();
+        let limiter = FixedWindowLimiter::new(per_window, ms(100)).unwrap();
+        let span = Duration::from_secs(1);
+        assert_rate(admissions_within(&limiter, span).await, per_second, span);
+    }
+}
+
+#[tokio::test]
+async fn fixed_window_aligned_to_unix_time_resets_on_whole_intervals() {
+    let window = ms(250);
+    let limiter = FixedWindowLimiter::new(1, window)
+        .unwrap()
+        .aligned_to_unix_time();
+    let _permit = limiter.acquire().await.unwrap();
+    let reset = limiter.next_available_time().await.unwrap();
+    let unix = std::time::SystemTime::now() + reset.saturating_duration_since(Instant::now());
+    let nanos = unix
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let offset = nanos % window.as_nanos();
+    let off_by = offset.min(window.as_nanos() - offset);
+    assert!(
+        off_by < 5_000_000,
+        "the reset is {off_by} ns off a whole 250 ms"
+    );
+}
+
+// -------------------------------------------------- sliding window counter
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_counter_holds_back_the_boundary_burst() {
+    let limiter = SlidingWindowCounterLimiter::new(100, Duration::from_secs(1)).unwrap();
+    let start = Instant::now();
+    advance(ms(999)).await;
+    let _full = granted(&limiter, 100).await;
+    advance(ms(1)).await;
+    // Where a fixed window admits 100 more, the previous window still
+    // weighs 100: room for one more once it weighs 99, 10 ms in.
+    assert_eq!(denied_until(&limiter, 1).await, start + ms(1010));
+    assert_eq!(denied_until(&limiter, 10).await, start + ms(1100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_counter_denial_instants_are_exact() {
+    let limiter = SlidingWindowCounterLimiter::new(7, ms(300)).unwrap();
+    for (gap, cost) in [(0, 5), (120, 2), (200, 3), (90, 7), (10, 1), (400, 6)] {
+        advance(ms(gap)).await;
+        match limiter.try_acquire_many(cost).await.unwrap() {
+            Admission::Granted(_) => {}
+            Admission::Denied(denial) => {
+                let at = denial.retry_at().unwrap();
+                let before = at - Duration::from_nanos(1);
+                advance(before - Instant::now()).await;
+                assert!(limiter.peek(cost).await.unwrap().is_some(), "1 ns early");
+                advance(Duration::from_nanos(1)).await;
+                assert!(
+                    limiter.peek(cost).await.unwrap().is_none(),
+                    "at the instant"
+                );
+                let _permit = granted(&limiter, cost).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_counter_admits_evenly_spread_traffic_below_the_limit() {
+    // Nine calls per window, evenly spaced: the estimate stays within one
+    // call of the log's nine, so none is refused.
+    let window = Duration::from_secs(1);
+    let limiter = SlidingWindowCounterLimiter::new(10, window).unwrap();
+    advance(ms(50)).await;
+    for _ in 0..9 * 10 {
+        let _permit = granted(&limiter, 1).await;
+        advance(window / 9).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_counter_costs_refunds_and_pauses() {
+    let limiter = SlidingWindowCounterLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let error = limiter.try_acquire_many(11).await.unwrap_err();
+    assert_eq!(cause::<CostTooHigh>(&error), CostTooHigh::new(11, 10));
+
+    let unused = granted(&limiter, 8).await;
+    denied(&limiter, 3).await;
+    limiter.refund(unused); // same window: given back
+    let _eight = granted(&limiter, 8).await;
+
+    // In the next window the previous one still weighs; a refund of a
+    // permit from it gives its weight back.
+    let previous = granted(&limiter, 2).await;
+    advance(Duration::from_secs(1)).await;
+    denied(&limiter, 1).await;
+    limiter.refund(previous);
+    let _after_refund = granted(&limiter, 2).await;
+
+    let resume = Instant::now() + Duration::from_secs(3);
+    limiter.set_next_available_time(resume).await.unwrap();
+    limiter
+        .set_next_available_time(Instant::now())
+        .await
+        .unwrap();
+    assert_eq!(denied_until(&limiter, 1).await, resume);
+    assert_eq!(limiter.next_available_time().await.unwrap(), resume);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_counter_matches_its_rate_at_10_000_and_100_000_per_second() {
+    for per_second in [10_000, 100_000] {
+        let per_window = u32::try_from(per_second / 10).unwrap();
+        let limiter = SlidingWindowCounterLimiter::new(per_window, ms(100)).unwrap();
+        let span = Duration::from_secs(1);
+        assert_rate(admissions_within(&limiter, span).await, per_second, span);
+    }
+}
+
+/// What happened to one arrival in the property test.
+struct Arrival {
+    /// Nanoseconds since the limiter's epoch.
+    at: u64,
+    cost: u32,
+    granted: bool,
+}
+
+/// Replays `arrivals` (gap in ms, cost) against a sliding window counter on
+/// paused time.
+fn replay(max: u32, window: Duration, arrivals: &[(u64, u32)]) -> Vec<Arrival> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let limiter = SlidingWindowCounterLimiter::new(max, window).unwrap();
+        let epoch = Instant::now();
+        let mut log = Vec::new();
+        for &(gap, cost) in arrivals {
+            advance(ms(gap)).await;
+            let answer = limiter.try_acquire_many(cost).await.unwrap();
+            log.push(Arrival {
+                at: u64::try_from((Instant::now() - epoch).as_nanos()).unwrap(),
+                cost,
+                granted: is_granted(&answer),
+            });
+        }
+        log
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Checks every decision against an exact sliding log of the admitted
+    /// calls: at an admission at `t`, `f` into its window with `P` admitted
+    /// in the previous window, the log's count over `(t − W, t]` is at most
+    /// `max + P·f` (so below `2·max`); at a denial, the log's count plus the
+    /// cost exceeds `max − P·(1 − f)`.
+    #[test]
+    fn sliding_window_counter_stays_within_its_error_bound_of_the_exact_log(
+        max in 1u32..=12,
+        window_ms in 50u64..=1_000,
+        arrivals in prop::collection::vec((0u64..=400, 1u32..=4), 1..150),
+    ) {
+        let arrivals: Vec<_> = arrivals.into_iter().map(|(gap, cost)| (gap, cost.min(max))).collect();
+        let window = u64::try_from(ms(window_ms).as_nanos()).unwrap();
+        let log = replay(max, ms(window_ms), &arrivals);
+        let admitted: Vec<_> = log.iter().filter(|a| a.granted).collect();
+        let (max, w) = (u128::from(max), u128::from(window));
+        for arrival in &log {
+            let t = arrival.at;
+            let index = t / window;
+            let start = index * window;
+            let elapsed = u128::from(t - start);
+            // What an exact log counts over (t − W, t], and P: what was
+            // admitted in the previous fixed window, [start − W, start).
+            let count: u128 = admitted
+                .iter()
+                .filter(|a| a.at <= t && a.at + window > t)
+                .map(|a| u128::from(a.cost))
+                .sum();
+            let previous: u128 = admitted
+                .iter()
+                .filter(|a| a.at < start && a.at + window >= start)
+                .map(|a| u128::from(a.cost))
+                .sum();
+            if arrival.granted {
+                prop_assert!(count * w <= max * w + previous * elapsed,
+                    "admitted at {t}: log holds {count}, bound {max} + {previous}·{elapsed}/{w}");
+                prop_assert!(count < 2 * max, "admitted at {t}: log holds {count} of {max}");
+            } else {
+                let cost = u128::from(arrival.cost);
+                prop_assert!((count + cost) * w + previous * (w - elapsed) > max * w,
+                    "denied at {t}: log holds {count} + {cost}, over-count bound {previous}·(1 − {elapsed}/{w})");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------- 1,000 callers
+
+const CALLERS: usize = 1_000;
+/// Generous: a hang fails the test instead of stalling the suite.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The span `[before, after]` around the attempt that was granted: the
+/// limiter decided somewhere inside it.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    before: Instant,
+    after: Instant,
+}
+
+/// Runs `CALLERS` tasks on the multi-thread runtime, each acquiring once
+/// (retrying as denials say), and returns the granted spans by start.
+async fn spans_of_callers<L: Limiter + Clone>(limiter: L) -> Vec<Span> {
+    let spans = Arc::new(Mutex::new(Vec::with_capacity(CALLERS)));
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (limiter, spans) = (limiter.clone(), Arc::clone(&spans));
+            tokio::spawn(async move {
+                loop {
+                    let before = Instant::now();
+                    match limiter.try_acquire().await.expect("no error") {
+                        Admission::Granted(_permit) => {
+                            let after = Instant::now();
+                            spans.lock().unwrap().push(Span { before, after });
+                            return;
+                        }
+                        Admission::Denied(denial) => denial.wait().await,
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(DEADLINE, task)
+            .await
+            .expect("callers finish")
+            .expect("caller panicked");
+    }
+    let mut spans = spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), CALLERS, "every caller got through");
+    spans.sort_by_key(|span| span.before);
+    spans
+}
+
+/// No interval of length `window` holds more than `max` grants whose whole
+/// span lies inside it; and the busiest holds at least `min`, so the check
+/// has teeth.
+fn assert_at_most_per_window(spans: &[Span], max: usize, window: Duration, min: usize) {
+    let mut busiest = 0;
+    for (i, first) in spans.iter().enumerate() {
+        let end = first.before + window;
+        let inside = spans[i..]
+            .iter()
+            .take_while(|span| span.before < end)
+            .filter(|span| span.after < end)
+            .count();
+        assert!(
+            inside <= max,
+            "{inside} grants inside {window:?} from grant {i}, bound {max}"
+        );
+        busiest = busiest.max(inside);
+    }
+    assert!(
+        busiest >= min,
+        "the busiest window held only {busiest}: no pressure"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaky_bucket_holds_its_spacing_for_1000_concurrent_callers() {
+    let bucket =
+        LeakyBucketLimiter::new(2_000, Duration::from_secs(1), 2 * CALLERS as u32).unwrap();
+    let interval = bucket.interval();
+    let spans = spans_of_callers(bucket).await;
+    // Two grants inside one interval would be two starts closer than it.
+    assert_at_most_per_window(&spans, 1, interval, 1);
+    // ...and the drip did run: over any 50 intervals, several started.
+    assert_at_most_per_window(&spans, 50, interval * 50, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fixed_window_holds_its_limit_per_window_for_1000_concurrent_callers() {
+    const MAX: u32 = 100;
+    let window = ms(100);
+    let earliest_epoch = Instant::now();
+    let limiter = FixedWindowLimiter::new(MAX, window).unwrap();
+    let latest_epoch = Instant::now();
+    let spans = spans_of_callers(limiter).await;
+
+    // Grants whose span lies inside one window (whatever the exact epoch
+    // between the two readings) count against it.
+    let mut per_window = std::collections::BTreeMap::new();
+    for span in &spans {
+        let index = (span.before - latest_epoch).as_nanos() / window.as_nanos();
+        let end = earliest_epoch + window * (u32::try_from(index).unwrap() + 1);
+        if span.after < end {
+            *per_window.entry(index).or_insert(0) += 1;
+        }
+    }
+    for (index, count) in &per_window {
+        assert!(*count <= MAX, "window {index} admitted {count} of {MAX}");
+    }
+    assert!(
+        per_window.values().any(|&count| count >= MAX / 2),
+        "no pressure"
+    );
+    // Across boundaries, up to twice the limit.
+    assert_at_most_per_window(&spans, 2 * MAX as usize, window, MAX as usize / 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sliding_window_counter_holds_its_bound_for_1000_concurrent_callers() {
+    const MAX: u32 = 100;
+    let window = ms(100);
+    let limiter = SlidingWindowCounterLimiter::new(MAX, window).unwrap();
+    let spans = spans_of_callers(limiter).await;
+    // The documented bound: fewer than twice the limit in any window.
+    assert_at_most_per_window(&spans, 2 * MAX as usize - 1, window, MAX as usize / 2);
+}
