@@ -7,6 +7,9 @@
 //!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
 //!   bare service. Futures are polled by hand with a no-op waker, so no
 //!   runtime scheduling is measured.
+//! * `keyed`: one decision on one of 1, 1,000 or 100,000 keys, our
+//!   `KeyedLimiter` of GCRA limiters beside governor's keyed limiter, on the
+//!   same keys in the same order.
 //! * `clock`: the time sources, since the clock is most of a decision.
 //!
 //! Run with `cargo bench --bench limiters`.
@@ -22,13 +25,13 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::store::MemoryStore;
 use tower_limits::{
     Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter,
-    LeakyBucketLimiter, Limiter, RateLimitLayer, RateLimiter, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
+    KeyedLimiter, LeakyBucketLimiter, Limiter, RateLimitLayer, RateLimiter,
+    SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.
@@ -224,6 +227,39 @@ fn stack(c: &mut Criterion) {
     group.finish();
 }
 
+fn keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed");
+    for keys in [1_u64, 1_000, 100_000] {
+        let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
+        let ours = KeyedLimiter::builder(|_: &u64| gcra(Clock::fast()))
+            .clock(Clock::fast())
+            .max_keys(2 * keys as usize)
+            .build()
+            .expect("valid configuration");
+        for key in 0..keys {
+            let _ = governor.check_key(&key);
+            ours.limiter(&key);
+        }
+        let mut key = 0;
+        group.bench_function(BenchmarkId::new("governor_check_key", keys), |b| {
+            b.iter(|| {
+                key = (key + 1) % keys;
+                black_box(governor.check_key(&key)).is_ok()
+            })
+        });
+        group.bench_function(BenchmarkId::new("gcra_fast_clock", keys), |b| {
+            b.iter(|| {
+                key = (key + 1) % keys;
+                match ours.try_acquire(&key).into_ready() {
+                    Ok(Ok(Admission::Granted(permit))) => drop(black_box(permit)),
+                    other => panic!("benchmark limiter must admit, got {other:?}"),
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     group.bench_function("std_instant_now", |b| b.iter(std::time::Instant::now));
@@ -241,6 +277,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = decision, stack, clock
+    targets = decision, stack, keyed, clock
 }
 criterion_main!(benches);

@@ -136,30 +136,36 @@ where
     /// Clones share its state, so a handle kept for `set_next_available_time`
     /// acts on the key's limit.
     pub fn limiter(&self, key: &K) -> L {
-        self.lane(key).0
+        self.with_entry(key, |entry| entry.limiter.clone())
     }
 
     /// `key`'s limiter and its queue of waiting callers.
     pub(crate) fn lane(&self, key: &K) -> (L, Arc<Queue>) {
+        self.with_entry(key, |entry| {
+            (entry.limiter.clone(), Arc::clone(&entry.queue))
+        })
+    }
+
+    /// Runs `use_entry` on `key`'s entry, made now if the key is new, under
+    /// its shard's lock.
+    #[inline]
+    fn with_entry<T>(&self, key: &K, use_entry: impl FnOnce(&Entry<L>) -> T) -> T {
         let inner = &*self.inner;
         let now = inner.clock.now_nanos();
         let mut shard = inner.shard(key);
-        let entry = match shard.entries.get_mut(key) {
-            Some(entry) => entry,
-            None => {
-                if shard.entries.len() >= inner.keys_per_shard {
-                    shard.make_room(now, inner.idle_timeout);
-                }
-                let entry = Entry {
-                    limiter: (inner.make)(key),
-                    queue: Arc::default(),
-                    last_used: now,
-                };
-                shard.entries.entry(key.clone()).or_insert(entry)
-            }
+        if let Some(entry) = shard.entries.get_mut(key) {
+            entry.last_used = now;
+            return use_entry(entry);
+        }
+        if shard.entries.len() >= inner.keys_per_shard {
+            shard.make_room(now, inner.idle_timeout);
+        }
+        let entry = Entry {
+            limiter: (inner.make)(key),
+            queue: Arc::default(),
+            last_used: now,
         };
-        entry.last_used = now;
-        (entry.limiter.clone(), Arc::clone(&entry.queue))
+        use_entry(shard.entries.entry(key.clone()).or_insert(entry))
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
@@ -187,11 +193,19 @@ where
         key: &K,
         cost: u32,
     ) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
-        let limiter = self.limiter(key);
-        // A pending future is dropped unpolled and made again, owning the limiter.
-        match limiter.try_acquire_many(cost).into_ready().ok() {
-            Some(answer) => LimiterFuture::ready(answer),
-            None => LimiterFuture::new(async move { limiter.try_acquire_many(cost).await }),
+        // In-memory limiters decide under the shard's lock, without a clone;
+        // a limiter that answers later gets a clone to own its future (the
+        // pending one is dropped unpolled and made again).
+        let answer = self.with_entry(key, |entry| {
+            entry
+                .limiter
+                .try_acquire_many(cost)
+                .into_ready()
+                .map_err(|_| entry.limiter.clone())
+        });
+        match answer {
+            Ok(answer) => LimiterFuture::ready(answer),
+            Err(limiter) => LimiterFuture::new(async move { limiter.try_acquire_many(cost).await }),
         }
     }
 
