@@ -89,20 +89,7 @@ impl EvenlySpacedRateLimiter {
     /// # }
     /// ```
     pub fn new(max_executions: usize, window: Duration) -> Result<Self, ConfigError> {
-        if max_executions == 0 {
-            return Err(ConfigError::new(
-                "max_executions",
-                max_executions,
-                "must be at least 1",
-            ));
-        }
-        if window.is_zero() {
-            return Err(ConfigError::new(
-                "window",
-                window,
-                "must be longer than zero",
-            ));
-        }
+        super::validate_window(max_executions, window)?;
         Ok(Self::build(
             max_executions,
             duration_nanos(window),

@@ -695,20 +695,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
 }
 
 fn validate(policy: &WindowPolicy) -> Result<(), ConfigError> {
-    if policy.max_executions == 0 {
-        return Err(ConfigError::new(
-            "max_executions",
-            policy.max_executions,
-            "must be at least 1",
-        ));
-    }
-    if policy.window.is_zero() {
-        return Err(ConfigError::new(
-            "window",
-            policy.window,
-            "must be longer than zero",
-        ));
-    }
+    super::validate_window(policy.max_executions, policy.window)?;
     let Some(backoff) = &policy.backoff else {
         return Ok(());
     };

@@ -33,20 +33,7 @@ pub(super) struct Windows {
 impl Windows {
     /// `max_executions` per `window`, aligned to the clock's epoch.
     pub(super) fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
-        if max_executions == 0 {
-            return Err(ConfigError::new(
-                "max_executions",
-                max_executions,
-                "must be at least 1",
-            ));
-        }
-        if window.is_zero() {
-            return Err(ConfigError::new(
-                "window",
-                window,
-                "must be longer than zero",
-            ));
-        }
+        super::validate_window(max_executions as usize, window)?;
         Ok(Self {
             max: max_executions,
             length: duration_nanos(window),
