@@ -19,6 +19,11 @@
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`CompositeLimiter`] | every part admits it |
+//! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
+//!
+//! [`KeyedLimitLayer`] takes the key (and a cost) from each request;
+//! [`FairLimitLayer`] shares one limiter among keys, serving waiting callers
+//! round-robin so that one tenant's backlog cannot starve the others.
 //!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
 //! `2/500ms` and, with the `serde` cargo feature, reads them from a
