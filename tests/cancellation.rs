@@ -1,10 +1,13 @@
 //! Callers dropped at any point leak nothing: no concurrency slot, no rate
 //! quota, no place at the head of a layer's queue.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{ms, paused_runtime};
 use proptest::prelude::*;
 use tokio::time::{Instant, sleep, timeout};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
@@ -17,10 +20,6 @@ use tower_limits::{
 const NAME: &str = "cancellation";
 /// Longer than any test waits: a caller that needs it is stuck.
 const FOREVER: Duration = Duration::from_secs(3600);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// One call that reached the inner service.
 #[derive(Clone, Copy, Debug)]
@@ -199,14 +198,6 @@ fn caller() -> impl Strategy<Value = Caller> {
         work: ms(work),
         give_up,
     })
-}
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 proptest! {

@@ -1,17 +1,16 @@
 //! Calls that cost more than one unit: `try_acquire_many` on every limiter.
 
+mod common;
+
 use std::time::Duration;
 
+use common::secs;
 use tokio::time::Instant;
 use tower_limits::error::CostTooHigh;
 use tower_limits::{
     Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
     Limiter, LimiterExt, NullLimiter, Permit, RateLimiter,
 };
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 async fn grant(limiter: &impl Limiter, cost: u32) -> Permit {
     match limiter.try_acquire_many(cost).await {

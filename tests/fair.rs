@@ -1,9 +1,12 @@
 //! Fairness: one shared limit served round-robin across tenants.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::paused_runtime;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
@@ -207,12 +210,7 @@ proptest::proptest! {
     fn random_give_ups_never_strand_the_turn(
         callers in proptest::collection::vec((0..3u8, proptest::option::of(0..60u64)), 1..25),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        paused_runtime().block_on(async {
             let (service, starts) = fair_stack(equal);
             let mut set = JoinSet::new();
             for (n, (tenant, give_up_after)) in callers.iter().copied().enumerate() {

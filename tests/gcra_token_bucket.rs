@@ -2,10 +2,15 @@
 //! refill, costs, refunds, pauses, precision at high rates, the conformance
 //! bound as a property, and 1,000 concurrent callers on real time.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::precision::{admissions_while_stepping, assert_within_a_thousandth, drain};
+use common::stress::{Span, assert_at_most_per_window, spans_of_callers};
+use common::{ms, paused_runtime, secs};
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
@@ -16,14 +21,6 @@ use tower_limits::{
 };
 
 // ---------------------------------------------------------------- helpers
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn gcra(count: u64, period: Duration, burst: u32) -> GcraLimiter {
     GcraLimiter::new(count, period)
@@ -49,15 +46,6 @@ fn take(limiter: &impl Limiter, cost: u32) -> Result<Permit, Denial> {
 fn retry_at(limiter: &impl Limiter, cost: u32) -> Instant {
     let denial = take(limiter, cost).expect_err("the call should be denied");
     denial.retry_at().expect("rate limits name an instant")
-}
-
-/// Takes calls costing 1 until one is denied; how many were granted.
-fn drain(limiter: &impl Limiter) -> u64 {
-    let mut granted = 0;
-    while take(limiter, 1).is_ok() {
-        granted += 1;
-    }
-    granted
 }
 
 /// A caller that waits for a grant and reports when it got it; returns
@@ -521,34 +509,6 @@ async fn gcra_layer_in_reject_mode_names_the_retry_instant() -> Result<(), BoxEr
 
 // ------------------------------------------------------------- precision
 
-/// Steps paused time by `step` for `duration`, admitting every call the
-/// limiter allows at each step; returns the admissions after the first
-/// step (so the initial burst is left out).
-async fn admissions_while_stepping(
-    limiter: &impl Limiter,
-    step: Duration,
-    duration: Duration,
-) -> u64 {
-    drain(limiter);
-    let steps = duration.as_nanos() / step.as_nanos();
-    let mut admitted = 0;
-    for _ in 0..steps {
-        advance(step).await;
-        admitted += drain(limiter);
-    }
-    admitted
-}
-
-fn assert_within_a_thousandth(admitted: u64, rate_per_second: u64, duration: Duration) {
-    let expected = rate_per_second as f64 * duration.as_secs_f64();
-    let error = (admitted as f64 - expected).abs() / expected;
-    assert!(
-        error <= 0.001,
-        "{admitted} admitted in {duration:?} at {rate_per_second}/s: {:.4}% off",
-        error * 100.0
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn gcra_holds_high_rates_within_a_tenth_of_a_percent() {
     // 30,000/s has a fractional interval (33,333.3 ns, rounded up).
@@ -614,12 +574,7 @@ fn case() -> impl Strategy<Value = (u64, u64, u32, Vec<Arrival>)> {
 /// timeline. Every denial must name an instant at which the same call is
 /// admitted.
 fn replay(limiter: impl FnOnce() -> GcraLimiter, arrivals: &[Arrival]) -> Vec<(u64, u32)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    paused_runtime().block_on(async {
         // Built inside the paused runtime, so its clock is the paused one.
         let limiter = limiter();
         let interval = limiter.interval();
@@ -672,73 +627,21 @@ proptest! {
 
 // ------------------------------------------------------ real-time stress
 
-const CALLERS: usize = 1_000;
-
-/// The span `[before, after]` around each granted attempt: the limiter
-/// decided somewhere inside it.
-async fn spans_of_1000_callers<L: Limiter + Clone>(limiter: L) -> Vec<(Instant, Instant)> {
-    let spans = Arc::new(Mutex::new(Vec::with_capacity(CALLERS)));
-    let callers: Vec<_> = (0..CALLERS)
-        .map(|_| {
-            let (limiter, spans) = (limiter.clone(), Arc::clone(&spans));
-            tokio::spawn(async move {
-                loop {
-                    let before = Instant::now();
-                    match take(&limiter, 1) {
-                        Ok(_permit) => {
-                            spans.lock().unwrap().push((before, Instant::now()));
-                            return;
-                        }
-                        Err(denial) => denial.wait().await,
-                    }
-                }
-            })
-        })
-        .collect();
-    for caller in callers {
-        tokio::time::timeout(secs(30), caller)
-            .await
-            .expect("callers finish")
-            .expect("no caller panics");
-    }
-    let mut spans = Arc::try_unwrap(spans).unwrap().into_inner().unwrap();
-    spans.sort();
-    spans
-}
-
-/// Only grants whose whole span lies in a window are charged to it, so
-/// preemption can widen a span but never fake a violation.
-fn assert_conforms(spans: &[(Instant, Instant)], burst: u64, interval: Duration, window: Duration) {
-    assert_eq!(spans.len(), CALLERS);
-    let bound = burst + (window.as_nanos() / interval.as_nanos()) as u64;
-    let mut busiest = 0;
-    for (i, &(start, _)) in spans.iter().enumerate() {
-        let end = start + window;
-        let inside = spans[i..]
-            .iter()
-            .take_while(|(before, _)| *before < end)
-            .filter(|(_, after)| *after < end)
-            .count() as u64;
-        assert!(
-            inside <= bound,
-            "{inside} grants in a {window:?} window, bound {bound}"
-        );
-        busiest = busiest.max(inside);
-    }
-    assert!(
-        busiest >= bound / 2,
-        "the busiest window held {busiest} of {bound}: no pressure"
-    );
+/// The conformance bound on real time: no `window` holds more grants than
+/// `burst` plus one per `interval`, and the busiest holds at least half that.
+fn assert_conforms(spans: &[Span], burst: usize, interval: Duration, window: Duration) {
+    let bound = burst + (window.as_nanos() / interval.as_nanos()) as usize;
+    assert_at_most_per_window(spans, bound, window, bound / 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gcra_and_token_bucket_hold_for_1000_concurrent_callers() {
     let window = ms(10);
     let limiter = gcra(5_000, secs(1), 50);
-    let spans = spans_of_1000_callers(limiter.clone()).await;
+    let spans = spans_of_callers(limiter.clone()).await;
     assert_conforms(&spans, 50, limiter.interval(), window);
 
     let limiter = bucket(50, 5_000, secs(1));
-    let spans = spans_of_1000_callers(limiter.clone()).await;
+    let spans = spans_of_callers(limiter.clone()).await;
     assert_conforms(&spans, 50, limiter.refill_interval(), window);
 }

@@ -1,9 +1,12 @@
 //! The keyed layer: a limit per key taken from each request.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::ms;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, CostTooHigh, Elapsed, LimiterError, Overloaded, Rejected};
@@ -89,10 +92,6 @@ where
         results.push(task.await.expect("caller task"));
     }
     results
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,7 +16,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::{Recorder, finish, join_all, ms, ready_and_call, spawn_callers};
+use common::ms;
+use common::recorder::{Recorder, finish, join_all, ready_and_call, spawn_callers};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tower::buffer::Buffer;

@@ -18,7 +18,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Recorder, join_all, ms, spawn_callers};
+use common::ms;
+use common::recorder::{Recorder, join_all, spawn_callers};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder};
 use tower_limits::error::BoxError;

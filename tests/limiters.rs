@@ -1,9 +1,12 @@
 //! The seed's limiters, one behaviour per test, on paused tokio time.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::ms;
 use tokio::time::{Instant, advance};
 use tower_limits::error::{ConfigError, LimiterError};
 use tower_limits::store::MemoryStore;
@@ -13,10 +16,6 @@ use tower_limits::{
 };
 
 // ---------------------------------------------------------------- helpers
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 async fn grant(limiter: &impl Limiter) -> Permit {
     match limiter

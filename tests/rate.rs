@@ -1,20 +1,15 @@
 //! `Rate`: parsing rate strings, printing them back, errors, serde.
 
+mod common;
+
 use std::time::Duration;
 
+use common::{ms, secs};
 use proptest::prelude::*;
 use tower_limits::rate::ParseRateErrorKind;
 use tower_limits::{ParseRateError, Rate};
 
 // ---------------------------------------------------------------- helpers
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn rate(text: &str) -> Rate {
     text.parse()

@@ -1,16 +1,15 @@
 //! Changing a limit at runtime: the new limit applies from the next decision,
 //! and what is running or recorded is kept.
 
+mod common;
+
 use std::time::Duration;
 
+use common::secs;
 use tokio::time::Instant;
 use tower_limits::{
     Admission, ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt, Permit, RateLimiter,
 };
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 async fn granted(limiter: &impl Limiter) -> Option<Permit> {
     match limiter

@@ -7,11 +7,14 @@
 //! charged with grants whose whole span lies inside it, so preemption can
 //! widen a span but never fake a violation.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::stress::{CALLERS, Span, assert_at_most_per_window, run_callers};
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::LimiterError;
@@ -20,18 +23,7 @@ use tower_limits::{
     LimitLayer, Limiter, LimiterExt, LimiterFuture, Permit, RateLimiter,
 };
 
-const CALLERS: usize = 1_000;
-/// Generous: a hang fails the test instead of stalling the suite.
-const DEADLINE: Duration = Duration::from_secs(60);
-
 // ---------------------------------------------------------------- helpers
-
-/// The span of one granted attempt.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    before: Instant,
-    after: Instant,
-}
 
 /// Wraps a limiter and records the span of every granted attempt.
 #[derive(Clone)]
@@ -125,24 +117,6 @@ impl Running {
     }
 }
 
-/// Spawns `CALLERS` tasks running `caller` and returns how many finished.
-async fn run_callers<F, Fut>(caller: F) -> usize
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let tasks: Vec<_> = (0..CALLERS).map(|_| tokio::spawn(caller())).collect();
-    let mut finished = 0;
-    for task in tasks {
-        tokio::time::timeout_at(Instant::now() + DEADLINE, task)
-            .await
-            .expect("callers finish")
-            .expect("caller panicked");
-        finished += 1;
-    }
-    finished
-}
-
 /// Every caller acquires directly, holds its permit for `hold`, drops it.
 async fn direct<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Outcome {
     let running = Arc::new(Running::default());
@@ -213,25 +187,7 @@ impl Outcome {
     /// No `window` holds more than `max` grants whose span lies inside it;
     /// and some window does hold at least `max / 2`, so the check has teeth.
     fn assert_at_most_per_window(&self, max: usize, window: Duration) {
-        let spans = &self.spans;
-        let mut busiest = 0;
-        for (i, first) in spans.iter().enumerate() {
-            let end = first.before + window;
-            let inside = spans[i..]
-                .iter()
-                .take_while(|span| span.before < end)
-                .filter(|span| span.after < end)
-                .count();
-            assert!(
-                inside <= max,
-                "{inside} grants inside a {window:?} window starting at grant {i}, limit {max}"
-            );
-            busiest = busiest.max(inside);
-        }
-        assert!(
-            busiest >= max.div_ceil(2),
-            "the busiest window held only {busiest} of {max}: the test saw no pressure"
-        );
+        assert_at_most_per_window(&self.spans, max, window, max.div_ceil(2));
     }
 
     fn assert_concurrency_reached(&self, max: usize) {

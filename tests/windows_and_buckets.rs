@@ -5,10 +5,15 @@
 //!
 //! Everything but the stress tests runs on paused tokio time.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::precision::{admissions_within, assert_within_a_thousandth};
+use common::stress::{CALLERS, assert_at_most_per_window, spans_of_callers};
+use common::{ms, paused_runtime};
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -19,10 +24,6 @@ use tower_limits::{
 };
 
 // ---------------------------------------------------------------- helpers
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 fn is_granted(answer: &Admission) -> bool {
     matches!(answer, Admission::Granted(_))
@@ -61,36 +62,6 @@ async fn overflow(bucket: &LeakyBucketLimiter, cost: u32) -> BucketFull {
         .await
         .expect_err("the bucket is full");
     cause(&error)
-}
-
-/// Admissions within `span` of paused time, retrying each denied call at
-/// exactly the instant its denial names (no timer rounding).
-async fn admissions_within(limiter: &impl Limiter, span: Duration) -> u64 {
-    let end = Instant::now() + span;
-    let mut admitted = 0;
-    loop {
-        match limiter.try_acquire().await.expect("no error") {
-            Admission::Granted(_) => admitted += 1,
-            Admission::Denied(denial) => {
-                let at = denial.retry_at().expect("an instant");
-                if at >= end {
-                    return admitted;
-                }
-                advance(at - Instant::now()).await;
-            }
-        }
-    }
-}
-
-/// `admitted` within `span` is `per_second × span` within 0.1%.
-fn assert_rate(admitted: u64, per_second: u64, span: Duration) {
-    let expected = per_second as f64 * span.as_secs_f64();
-    let error = (admitted as f64 - expected).abs() / expected;
-    assert!(
-        error <= 0.001,
-        "{admitted} admitted in {span:?}, expected {expected} ({:.4}% off)",
-        error * 100.0
-    );
 }
 
 // ------------------------------------------------------------ leaky bucket
@@ -286,7 +257,7 @@ async fn leaky_bucket_matches_its_rate_at_10_000_and_100_000_per_second() {
     for per_second in [10_000, 100_000] {
         let bucket = LeakyBucketLimiter::new(per_second, Duration::from_secs(1), 1).unwrap();
         let span = Duration::from_millis(500);
-        assert_rate(admissions_within(&bucket, span).await, per_second, span);
+        assert_within_a_thousandth(admissions_within(&bucket, span).await, per_second, span);
     }
 }
 
@@ -377,7 +348,7 @@ async fn fixed_window_matches_its_rate_at_10_000_and_100_000_per_second() {
         let per_window = u32::try_from(per_second / 10).unwrap();
         let limiter = FixedWindowLimiter::new(per_window, ms(100)).unwrap();
         let span = Duration::from_secs(1);
-        assert_rate(admissions_within(&limiter, span).await, per_second, span);
+        assert_within_a_thousandth(admissions_within(&limiter, span).await, per_second, span);
     }
 }
 
@@ -488,7 +459,7 @@ async fn sliding_window_counter_matches_its_rate_at_10_000_and_100_000_per_secon
         let per_window = u32::try_from(per_second / 10).unwrap();
         let limiter = SlidingWindowCounterLimiter::new(per_window, ms(100)).unwrap();
         let span = Duration::from_secs(1);
-        assert_rate(admissions_within(&limiter, span).await, per_second, span);
+        assert_within_a_thousandth(admissions_within(&limiter, span).await, per_second, span);
     }
 }
 
@@ -503,12 +474,7 @@ struct Arrival {
 /// Replays `arrivals` (gap in ms, cost) against a sliding window counter on
 /// paused time.
 fn replay(max: u32, window: Duration, arrivals: &[(u64, u32)]) -> Vec<Arrival> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    paused_runtime().block_on(async {
         let limiter = SlidingWindowCounterLimiter::new(max, window).unwrap();
         let epoch = Instant::now();
         let mut log = Vec::new();
@@ -575,76 +541,6 @@ proptest! {
 }
 
 // ------------------------------------------------------- 1,000 callers
-
-const CALLERS: usize = 1_000;
-/// Generous: a hang fails the test instead of stalling the suite.
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The span `[before, after]` around the attempt that was granted: the
-/// limiter decided somewhere inside it.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    before: Instant,
-    after: Instant,
-}
-
-/// Runs `CALLERS` tasks on the multi-thread runtime, each acquiring once
-/// (retrying as denials say), and returns the granted spans by start.
-async fn spans_of_callers<L: Limiter + Clone>(limiter: L) -> Vec<Span> {
-    let spans = Arc::new(Mutex::new(Vec::with_capacity(CALLERS)));
-    let tasks: Vec<_> = (0..CALLERS)
-        .map(|_| {
-            let (limiter, spans) = (limiter.clone(), Arc::clone(&spans));
-            tokio::spawn(async move {
-                loop {
-                    let before = Instant::now();
-                    match limiter.try_acquire().await.expect("no error") {
-                        Admission::Granted(_permit) => {
-                            let after = Instant::now();
-                            spans.lock().unwrap().push(Span { before, after });
-                            return;
-                        }
-                        Admission::Denied(denial) => denial.wait().await,
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        tokio::time::timeout(DEADLINE, task)
-            .await
-            .expect("callers finish")
-            .expect("caller panicked");
-    }
-    let mut spans = spans.lock().unwrap().clone();
-    assert_eq!(spans.len(), CALLERS, "every caller got through");
-    spans.sort_by_key(|span| span.before);
-    spans
-}
-
-/// No interval of length `window` holds more than `max` grants whose whole
-/// span lies inside it; and the busiest holds at least `min`, so the check
-/// has teeth.
-fn assert_at_most_per_window(spans: &[Span], max: usize, window: Duration, min: usize) {
-    let mut busiest = 0;
-    for (i, first) in spans.iter().enumerate() {
-        let end = first.before + window;
-        let inside = spans[i..]
-            .iter()
-            .take_while(|span| span.before < end)
-            .filter(|span| span.after < end)
-            .count();
-        assert!(
-            inside <= max,
-            "{inside} grants inside {window:?} from grant {i}, bound {max}"
-        );
-        busiest = busiest.max(inside);
-    }
-    assert!(
-        busiest >= min,
-        "the busiest window held only {busiest}: no pressure"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leaky_bucket_holds_its_spacing_for_1000_concurrent_callers() {
