@@ -231,7 +231,8 @@ fn keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed");
     for keys in [1_u64, 1_000, 100_000] {
         let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
-        let ours = KeyedLimiter::builder(|_: &u64| gcra(Clock::fast()))
+        let clock = Clock::fast();
+        let ours = KeyedLimiter::builder(move |_: &u64| gcra(clock.clone()))
             .clock(Clock::fast())
             .max_keys(2 * keys as usize)
             .build()

@@ -190,6 +190,7 @@ impl CostTooHigh {
     }
 
     /// `Ok` if `cost` fits in `capacity`; else this error, as a [`LimiterError`].
+    #[inline]
     pub(crate) fn check(cost: u32, capacity: usize) -> Result<(), LimiterError> {
         let capacity = u64::try_from(capacity).unwrap_or(u64::MAX);
         if u64::from(cost) > capacity {

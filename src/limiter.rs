@@ -250,6 +250,7 @@ pub trait Limiter: Send + Sync + 'static {
     /// # Ok(())
     /// # }
     /// ```
+    #[inline]
     fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         self.try_acquire_many(1)
     }

@@ -156,7 +156,7 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
     fn start(&self) -> Result<State, BoxError> {
         let mut denial = None;
         if self.queue.is_empty()
-            && let Ok(answer) = self.limiter.try_acquire().into_ready()
+            && let Ok(answer) = self.limiter.try_acquire_many(1).into_ready()
         {
             match answer? {
                 Admission::Granted(permit) => return Ok(State::Ready(permit)),

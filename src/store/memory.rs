@@ -220,7 +220,11 @@ impl SlidingLog {
     /// Records `cost` starts at `now`; backs off if that fills the window.
     #[inline]
     fn record(&mut self, now: u64, policy: &WindowPolicy, cost: u32, jitter: f64) {
-        self.starts.extend(std::iter::repeat_n(now, cost as usize));
+        if cost == 1 {
+            self.starts.push_back(now);
+        } else {
+            self.starts.extend(std::iter::repeat_n(now, cost as usize));
+        }
         if let (Some(backoff), Some(frees_at)) =
             (policy.backoff, self.window_frees_at(now, policy, 1))
         {
