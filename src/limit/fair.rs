@@ -4,22 +4,22 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tower_layer::Layer;
-use tower_service::Service;
 
 use super::Options;
-use super::future::PerRequestFuture;
-use super::keyed::{KeepEstimate, RequestCost, ResponseCost, UnitCost};
+use super::keyed::{KeepEstimate, RequestCost, UnitCost};
+use super::per_request::sealed::Sealed;
+use super::per_request::{AdmitRequest, PerRequest};
 use super::waiting::{admit_holding_turn, deadline, within};
 use crate::error::{BoxError, Overloaded};
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Permit};
 
 type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
 
@@ -171,71 +171,37 @@ impl<S, K, L: Clone, F, C, G> Layer<S> for FairLimitLayer<K, L, F, C, G> {
     type Service = FairLimit<S, K, L, F, C, G>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FairLimit {
-            inner,
-            layer: self.clone(),
-        }
+        PerRequest::new(inner, self.clone())
     }
 }
 
 /// A service sharing one limiter fairly among request keys; built by
 /// [`FairLimitLayer`], whose docs have an example.
-pub struct FairLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> {
-    inner: S,
-    layer: FairLimitLayer<K, L, F, C, G>,
-}
+pub type FairLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
+    PerRequest<S, FairLimitLayer<K, L, F, C, G>>;
 
-impl<S: Clone, K, L: Clone, F, C, G> Clone for FairLimit<S, K, L, F, C, G> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            layer: self.layer.clone(),
-        }
-    }
-}
+impl<K, L, F, C, G> Sealed for FairLimitLayer<K, L, F, C, G> {}
 
-impl<S: fmt::Debug, K, L: fmt::Debug, F, C, G> fmt::Debug for FairLimit<S, K, L, F, C, G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FairLimit")
-            .field("inner", &self.inner)
-            .field("layer", &self.layer)
-            .finish()
-    }
-}
-
-impl<S, K, L, F, C, G, Request> Service<Request> for FairLimit<S, K, L, F, C, G>
+impl<K, L, F, C, G, Request> AdmitRequest<Request> for FairLimitLayer<K, L, F, C, G>
 where
-    S: Service<Request> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    S::Response: Send + 'static,
-    Request: Send + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     L: Limiter + Clone,
     F: Fn(&Request) -> K,
     C: RequestCost<Request>,
-    G: ResponseCost<S::Response> + Send + Sync + 'static,
 {
-    type Response = S::Response;
-    type Error = BoxError;
-    type Future = PerRequestFuture<S::Response>;
+    type Limiter = L;
+    type Settle = G;
 
-    /// Always ready: admission waits in the response future.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let layer = &self.layer;
-        let key = (layer.key_of)(&request);
-        let weight = layer.weigh.as_ref().map_or(1, |weigh| weigh(&key).max(1));
-        let cost = layer.cost_of.cost(&request);
-        let (limiter, queue, options) = (
-            layer.limiter.clone(),
-            Arc::clone(&layer.queue),
-            layer.options,
-        );
-        let admission = async move {
+    fn admission(
+        &self,
+        request: &Request,
+    ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
+        let key = (self.key_of)(request);
+        let weight = self.weigh.as_ref().map_or(1, |weigh| weigh(&key).max(1));
+        let cost = self.cost_of.cost(request);
+        let (limiter, queue, options) =
+            (self.limiter.clone(), Arc::clone(&self.queue), self.options);
+        async move {
             let deadline = deadline(options.max_wait);
             let permit = within(deadline, async {
                 let _turn = queue.turn(key, weight, options.max_waiting)?.await;
@@ -243,9 +209,11 @@ where
             })
             .await?;
             Ok((limiter, permit))
-        };
-        let settle_with = Arc::clone(&self.layer.settle_with);
-        PerRequestFuture::new(admission, self.inner.clone(), request, settle_with)
+        }
+    }
+
+    fn settle_with(&self) -> Arc<G> {
+        Arc::clone(&self.settle_with)
     }
 }
 

@@ -2,16 +2,16 @@
 //! taken from each request.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tower_layer::Layer;
-use tower_service::Service;
 
 use super::Options;
-use super::future::PerRequestFuture;
+use super::per_request::sealed::Sealed;
+use super::per_request::{AdmitRequest, PerRequest};
 use super::waiting::{Queue, wait_for_admission};
 use crate::error::{BoxError, Rejected};
 use crate::limiter::{Admission, Limiter, Permit};
@@ -248,10 +248,7 @@ impl<S, K, L, F, C, G> Layer<S> for KeyedLimitLayer<K, L, F, C, G> {
     type Service = KeyedLimit<S, K, L, F, C, G>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        KeyedLimit {
-            inner,
-            layer: self.clone(),
-        }
+        PerRequest::new(inner, self.clone())
     }
 }
 
@@ -266,62 +263,36 @@ impl<K, L, F, C, G> fmt::Debug for KeyedLimitLayer<K, L, F, C, G> {
 
 /// A service whose requests are admitted by the limiter of their key; built
 /// by [`KeyedLimitLayer`], whose docs have an example.
-pub struct KeyedLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> {
-    inner: S,
-    layer: KeyedLimitLayer<K, L, F, C, G>,
-}
+pub type KeyedLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
+    PerRequest<S, KeyedLimitLayer<K, L, F, C, G>>;
 
-impl<S: Clone, K, L, F, C, G> Clone for KeyedLimit<S, K, L, F, C, G> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            layer: self.layer.clone(),
-        }
-    }
-}
+impl<K, L, F, C, G> Sealed for KeyedLimitLayer<K, L, F, C, G> {}
 
-impl<S: fmt::Debug, K, L, F, C, G> fmt::Debug for KeyedLimit<S, K, L, F, C, G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedLimit")
-            .field("inner", &self.inner)
-            .field("layer", &self.layer)
-            .finish()
-    }
-}
-
-impl<S, K, L, F, C, G, Request> Service<Request> for KeyedLimit<S, K, L, F, C, G>
+impl<K, L, F, C, G, Request> AdmitRequest<Request> for KeyedLimitLayer<K, L, F, C, G>
 where
-    S: Service<Request> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    S::Response: Send + 'static,
-    Request: Send + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     L: Limiter + Clone,
     F: Fn(&Request) -> K,
     C: RequestCost<Request>,
-    G: ResponseCost<S::Response> + Send + Sync + 'static,
 {
-    type Response = S::Response;
-    type Error = BoxError;
-    type Future = PerRequestFuture<S::Response>;
+    type Limiter = L;
+    type Settle = G;
 
-    /// Always ready: admission waits in the response future, for the key.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let layer = &self.layer;
-        let (limiter, queue) = layer.keyed.lane(&(layer.key_of)(&request));
-        let cost = layer.cost_of.cost(&request);
-        let options = layer.options;
-        let admission = async move {
+    fn admission(
+        &self,
+        request: &Request,
+    ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
+        let (limiter, queue) = self.keyed.lane(&(self.key_of)(request));
+        let cost = self.cost_of.cost(request);
+        let options = self.options;
+        async move {
             let permit = admit(&limiter, cost, &queue, options).await?;
             Ok((limiter, permit))
-        };
-        let settle_with = Arc::clone(&self.layer.settle_with);
-        PerRequestFuture::new(admission, self.inner.clone(), request, settle_with)
+        }
+    }
+
+    fn settle_with(&self) -> Arc<G> {
+        Arc::clone(&self.settle_with)
     }
 }
 

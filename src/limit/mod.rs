@@ -60,6 +60,7 @@
 mod fair;
 mod keyed;
 mod layer;
+mod per_request;
 mod service;
 pub(crate) mod waiting;
 
@@ -70,6 +71,7 @@ use std::time::Duration;
 pub use fair::{FairLimit, FairLimitLayer};
 pub use keyed::{KeepEstimate, KeyedLimit, KeyedLimitLayer, RequestCost, ResponseCost, UnitCost};
 pub use layer::LimitLayer;
+pub use per_request::{AdmitRequest, PerRequest};
 pub use service::Limit;
 
 use crate::limiters::{

@@ -1,0 +1,111 @@
+//! [`PerRequest`]: the service of the layers that admit each request when it
+//! is called, because its key or cost comes from the request.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::PerRequestFuture;
+use super::keyed::ResponseCost;
+use crate::error::BoxError;
+use crate::limiter::{Limiter, Permit};
+
+/// How a per-request layer admits a request: implemented (only) by
+/// [`KeyedLimitLayer`](super::KeyedLimitLayer) and
+/// [`FairLimitLayer`](super::FairLimitLayer), which [`PerRequest`] serves;
+/// see their docs for examples.
+pub trait AdmitRequest<Request>: sealed::Sealed {
+    /// The limiter that grants the permit (to refund or settle it).
+    type Limiter: Limiter;
+    /// Reads a call's real cost from its response.
+    type Settle;
+
+    /// Waits until `request` is admitted.
+    fn admission(
+        &self,
+        request: &Request,
+    ) -> impl Future<Output = Result<(Self::Limiter, Permit), BoxError>> + Send + 'static;
+
+    /// What settles a call's cost once its response is in.
+    fn settle_with(&self) -> Arc<Self::Settle>;
+}
+
+pub(super) mod sealed {
+    /// Only this crate's layers admit per request.
+    pub trait Sealed {}
+}
+
+/// A service that admits each request when it is called: `poll_ready` is
+/// always ready; the response future waits for admission, then for (a clone
+/// of) the inner service, then calls it. Built by the per-request layers,
+/// whose docs have examples; their service types are aliases of this one.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::limit::PerRequest;
+/// use tower_limits::{FairLimitLayer, NullLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let layer = FairLimitLayer::new(NullLimiter, |tenant: &&str| *tenant);
+/// let mut service: PerRequest<_, _> =
+///     layer.layer(service_fn(|tenant: &str| async move { Ok::<_, Infallible>(tenant.len()) }));
+/// assert_eq!(service.ready().await?.call("acme").await?, 4);
+/// # Ok(())
+/// # }
+/// ```
+pub struct PerRequest<S, A> {
+    inner: S,
+    admit: A,
+}
+
+impl<S, A> PerRequest<S, A> {
+    pub(super) fn new(inner: S, admit: A) -> Self {
+        Self { inner, admit }
+    }
+}
+
+impl<S: Clone, A: Clone> Clone for PerRequest<S, A> {
+    fn clone(&self) -> Self {
+        Self::new(self.inner.clone(), self.admit.clone())
+    }
+}
+
+impl<S: fmt::Debug, A: fmt::Debug> fmt::Debug for PerRequest<S, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerRequest")
+            .field("inner", &self.inner)
+            .field("admit", &self.admit)
+            .finish()
+    }
+}
+
+impl<S, A, Request> Service<Request> for PerRequest<S, A>
+where
+    S: Service<Request> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    S::Response: Send + 'static,
+    Request: Send + 'static,
+    A: AdmitRequest<Request>,
+    A::Settle: ResponseCost<S::Response> + Send + Sync + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = PerRequestFuture<S::Response>;
+
+    /// Always ready: admission waits in the response future.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let admission = self.admit.admission(&request);
+        let settle_with = self.admit.settle_with();
+        PerRequestFuture::new(admission, self.inner.clone(), request, settle_with)
+    }
+}
