@@ -51,10 +51,10 @@ pub(super) mod sealed {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// let layer = FairLimitLayer::new(NullLimiter, |tenant: &&str| *tenant);
+/// let layer = FairLimitLayer::new(NullLimiter, |tenant: &u32| *tenant);
 /// let mut service: PerRequest<_, _> =
-///     layer.layer(service_fn(|tenant: &str| async move { Ok::<_, Infallible>(tenant.len()) }));
-/// assert_eq!(service.ready().await?.call("acme").await?, 4);
+///     layer.layer(service_fn(|tenant: u32| async move { Ok::<_, Infallible>(tenant + 1) }));
+/// assert_eq!(service.ready().await?.call(41).await?, 42);
 /// # Ok(())
 /// # }
 /// ```
