@@ -180,11 +180,40 @@ impl CostTooHigh {
     }
 
     /// What the call asked for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::error::CostTooHigh;
+    /// use tower_limits::{GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(10, Duration::from_secs(1))?.with_burst(5)?;
+    /// let error = limiter.try_acquire_many(8).await.unwrap_err();
+    /// let too_high = error.get_ref().downcast_ref::<CostTooHigh>();
+    /// assert_eq!(too_high.map(CostTooHigh::cost), Some(8));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn cost(&self) -> u32 {
         self.cost
     }
 
     /// The most the limiter can ever grant at once.
+    ///
+    /// ```
+    /// use tower_limits::error::CostTooHigh;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(4)?;
+    /// let error = limiter.try_acquire_many(5).await.unwrap_err();
+    /// let too_high = error.get_ref().downcast_ref::<CostTooHigh>();
+    /// assert_eq!(too_high.map(CostTooHigh::capacity), Some(4)); // split the call in 4s
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -267,12 +296,50 @@ impl BucketFull {
     }
 
     /// How many units the queue holds at most.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::error::BucketFull;
+    /// use tower_limits::{LeakyBucketLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One call a second, up to 3 units queued behind the drip.
+    /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 3)?;
+    /// drop(bucket.try_acquire_many(1).await?); // drips now
+    /// drop(bucket.try_acquire_many(3).await?); // queued: fills the queue
+    /// let error = bucket.try_acquire().await.unwrap_err();
+    /// let full = error.get_ref().downcast_ref::<BucketFull>();
+    /// assert_eq!(full.map(BucketFull::capacity), Some(3));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn capacity(&self) -> u32 {
         self.capacity
     }
 
     /// When the queue will have room for the call, if nobody else books in
     /// the meantime: a server can turn it into `Retry-After`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::error::BucketFull;
+    /// use tower_limits::{LeakyBucketLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One call every 2 s, one more may wait.
+    /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(2), 1)?;
+    /// drop(bucket.try_acquire().await?);
+    /// drop(bucket.try_acquire().await?); // queued behind the first
+    /// let error = bucket.try_acquire().await.unwrap_err();
+    /// let full = error.get_ref().downcast_ref::<BucketFull>().expect("the queue is full");
+    /// let retry_after = full.retry_at().saturating_duration_since(Instant::now());
+    /// assert_eq!(retry_after, Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_at(&self) -> Instant {
         self.retry_at
     }

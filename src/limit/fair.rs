@@ -73,6 +73,24 @@ pub struct FairLimitLayer<K, L, F, C = UnitCost, G = KeepEstimate> {
 impl<K, L, F> FairLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// A layer sharing `limiter` fairly among the keys `key_of` takes from
     /// requests.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // Four calls at once in all, shared fairly by tenant; requests are (tenant, n).
+    /// let shared = ConcurrencyLimiter::new(4)?;
+    /// let layer = FairLimitLayer::new(shared.clone(), |(tenant, _): &(u32, u32)| *tenant);
+    /// let mut service = layer.layer(service_fn(|(_, n): (u32, u32)| async move { Ok::<_, Infallible>(n + 1) }));
+    ///
+    /// assert_eq!(service.ready().await?.call((7, 41)).await?, 42);
+    /// assert_eq!(shared.running(), 0); // the call ended and gave its slot back
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(limiter: L, key_of: F) -> Self {
         Self {
             limiter,
@@ -102,7 +120,42 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
         self
     }
 
-    /// Charges each request `cost_of(&request)` units of the shared limit.
+    /// Charges each request `cost_of(&request)` units of the shared limit. A
+    /// cost the limiter can never grant fails the request with a
+    /// [`LimiterError`](crate::error::LimiterError) holding
+    /// [`CostTooHigh`](crate::error::CostTooHigh).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::{CostTooHigh, LimiterError};
+    /// use tower_limits::{FairLimitLayer, GcraLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // One unit a second, up to 5 at once; requests are (tenant, units).
+    /// let shared = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let layer = FairLimitLayer::new(shared, |(tenant, _): &(u32, u32)| *tenant)
+    ///     .cost(|(_, units): &(u32, u32)| *units);
+    /// let mut service = layer.layer(service_fn(|(_, units): (u32, u32)| async move {
+    ///     Ok::<_, Infallible>(units)
+    /// }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call((1, 5)).await?; // the whole burst at once
+    /// service.ready().await?.call((2, 1)).await?; // one more unit: a second later
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    ///
+    /// let Err(error) = service.ready().await?.call((1, 6)).await else {
+    ///     unreachable!("6 units never fit in a burst of 5");
+    /// };
+    /// let cause = error.downcast_ref::<LimiterError>().map(LimiterError::get_ref);
+    /// assert!(cause.is_some_and(|cause| cause.is::<CostTooHigh>()));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn cost<C2>(self, cost_of: C2) -> FairLimitLayer<K, L, F, C2, G> {
         FairLimitLayer {
             limiter: self.limiter,
@@ -117,6 +170,30 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
 
     /// Estimate, then settle: `settle_with(&response)` tells a successful
     /// call's real cost; see [`KeyedLimitLayer::settle`](super::KeyedLimitLayer::settle).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{FairLimitLayer, GcraLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // Requests are (tenant, estimated units); replies tell the units used.
+    /// let shared = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let layer = FairLimitLayer::new(shared, |(tenant, _): &(u32, u32)| *tenant)
+    ///     .cost(|(_, estimate): &(u32, u32)| *estimate)
+    ///     .settle(|used: &u32| Some(*used));
+    /// let mut service = layer.layer(service_fn(|_: (u32, u32)| async { Ok::<_, Infallible>(1_u32) }));
+    ///
+    /// let start = Instant::now();
+    /// assert_eq!(service.ready().await?.call((1, 5)).await?, 1); // charged 5, used 1
+    /// service.ready().await?.call((2, 4)).await?; // the 4 given back: no wait
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn settle<G2>(self, settle_with: G2) -> FairLimitLayer<K, L, F, C, G2> {
         FairLimitLayer {
             limiter: self.limiter,
@@ -131,13 +208,77 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
 
     /// Past `max_waiting` callers waiting in all, a request fails at once
     /// with [`Overloaded`].
+    ///
+    /// A caller that holds the turn (it asks the limiter next) is not
+    /// waiting: with `max_waiting(1)`, one caller waits for the limiter, one
+    /// waits behind it, and the next is turned away, whatever its key.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Overloaded;
+    /// use tower_limits::{DelayLimiter, FairLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // Calls start at least a second apart, whatever their tenant.
+    /// let shared = DelayLimiter::new(Duration::from_secs(1))?;
+    /// let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_waiting(1);
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call(1).await?; // admitted at once
+    /// let second = tokio::spawn(service.ready().await?.call(2)); // waits for the limiter
+    /// let third = tokio::spawn(service.ready().await?.call(3)); // waits behind it
+    /// tokio::task::yield_now().await;
+    ///
+    /// let Err(error) = service.ready().await?.call(4).await else {
+    ///     unreachable!("one caller is already waiting");
+    /// };
+    /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
+    ///
+    /// assert_eq!(second.await??, 2);
+    /// assert_eq!(third.await??, 3);
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_waiting(mut self, max_waiting: usize) -> Self {
         self.options.max_waiting = Some(max_waiting);
         self
     }
 
     /// A request waits at most `max_wait` for admission, then fails with
-    /// [`Elapsed`](crate::error::Elapsed).
+    /// [`Elapsed`](crate::error::Elapsed) (at once if the limiter names a
+    /// later instant).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Elapsed;
+    /// use tower_limits::{DelayLimiter, FairLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let shared = DelayLimiter::new(Duration::from_secs(10))?;
+    /// let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_wait(Duration::from_secs(1));
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call(1).await?;
+    /// let Err(error) = service.ready().await?.call(2).await else {
+    ///     unreachable!("the next call is 10 s away");
+    /// };
+    /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
+    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.options.max_wait = Some(max_wait);
         self
@@ -176,7 +317,21 @@ impl<S, K, L: Clone, F, C, G> Layer<S> for FairLimitLayer<K, L, F, C, G> {
 }
 
 /// A service sharing one limiter fairly among request keys; built by
-/// [`FairLimitLayer`], whose docs have an example.
+/// [`FairLimitLayer`], whose docs have more examples.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::{FairLimit, FairLimitLayer, NullLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let mut service: FairLimit<_, _, _, _> = FairLimitLayer::new(NullLimiter, |n: &u32| n % 2)
+///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
+/// assert_eq!(service.ready().await?.call(21).await?, 42);
+/// # Ok(())
+/// # }
+/// ```
 pub type FairLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
     PerRequest<S, FairLimitLayer<K, L, F, C, G>>;
 

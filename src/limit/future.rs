@@ -101,6 +101,30 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 /// called, such as [`KeyedLimit`](super::KeyedLimit): admission, then readiness of (a clone
 /// of) the inner service, then the call. An admission not used by a call,
 /// because the future was dropped or the inner service failed, is refunded.
+///
+/// Admission waits until the future is first polled:
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::limit::future::PerRequestFuture;
+/// use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let shared = ConcurrencyLimiter::new(1)?;
+/// let mut service = FairLimitLayer::new(shared.clone(), |n: &u32| *n)
+///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n + 1) }));
+///
+/// let first: PerRequestFuture<u32> = service.ready().await?.call(1);
+/// let second: PerRequestFuture<u32> = service.ready().await?.call(2);
+/// assert_eq!(shared.running(), 0); // nothing admitted yet
+/// drop(first); // never polled: it took nothing
+/// assert_eq!(second.await?, 3);
+/// assert_eq!(shared.running(), 0); // the call ended, its slot is free
+/// # Ok(())
+/// # }
+/// ```
 pub struct PerRequestFuture<T> {
     future: Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>,
 }

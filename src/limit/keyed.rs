@@ -20,6 +20,15 @@ use crate::limiters::KeyedLimiter;
 /// How much of a limit a request takes; see [`KeyedLimitLayer::cost`].
 ///
 /// Implemented for closures `Fn(&Request) -> u32` and for [`UnitCost`].
+///
+/// ```
+/// use tower_limits::limit::RequestCost;
+///
+/// // A batch costs one unit per call in it.
+/// struct Batch { calls: Vec<&'static str> }
+/// let per_call = |batch: &Batch| u32::try_from(batch.calls.len()).unwrap_or(u32::MAX);
+/// assert_eq!(per_call.cost(&Batch { calls: vec!["a", "b", "c"] }), 3);
+/// ```
 pub trait RequestCost<Request> {
     /// The request's cost in the limit's units (tokens, starts, slots).
     fn cost(&self, request: &Request) -> u32;
@@ -52,6 +61,16 @@ impl<Request> RequestCost<Request> for UnitCost {
 ///
 /// Implemented for closures `Fn(&Response) -> Option<u32>` and for
 /// [`KeepEstimate`].
+///
+/// ```
+/// use tower_limits::limit::ResponseCost;
+///
+/// // The reply says how many tokens the call really used, when it knows.
+/// struct Reply { tokens_used: Option<u32> }
+/// let used = |reply: &Reply| reply.tokens_used;
+/// assert_eq!(used.cost(&Reply { tokens_used: Some(120) }), Some(120));
+/// assert_eq!(used.cost(&Reply { tokens_used: None }), None); // keep the estimate
+/// ```
 pub trait ResponseCost<Response> {
     /// The call's real cost, if the response tells it.
     fn cost(&self, response: &Response) -> Option<u32>;
@@ -129,6 +148,26 @@ pub struct KeyedLimitLayer<K, L, F, C = UnitCost, G = KeepEstimate> {
 
 impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// A layer admitting each request by the limiter of `key_of(&request)`.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // Two calls at once per tenant; requests are (tenant, body).
+    /// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(2).unwrap()).build()?;
+    /// let layer = KeyedLimitLayer::new(per_tenant, |(tenant, _): &(u32, &'static str)| *tenant);
+    /// let mut service = layer.layer(service_fn(|(_, body): (u32, &'static str)| async move {
+    ///     Ok::<_, Infallible>(body.len())
+    /// }));
+    ///
+    /// assert_eq!(service.ready().await?.call((7, "hello")).await?, 5);
+    /// assert_eq!(layer.keyed().len(), 1); // tenant 7's limiter, made on first use
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(keyed: KeyedLimiter<K, L>, key_of: F) -> Self {
         Self {
             keyed,
@@ -143,7 +182,8 @@ impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost, KeepEstimate> {
 impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// Charges each request `cost_of(&request)` units in one decision (a
     /// batch of 5 calls takes 5). A cost the key's limiter can never grant
-    /// fails the request with [`CostTooHigh`](crate::error::CostTooHigh).
+    /// fails the request with a [`LimiterError`](crate::error::LimiterError)
+    /// holding [`CostTooHigh`](crate::error::CostTooHigh).
     ///
     /// ```
     /// use std::time::Duration;
@@ -207,13 +247,82 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
 
     /// Past `max_waiting` callers waiting on one key, a request for that key
     /// fails at once with [`Overloaded`](crate::error::Overloaded).
+    ///
+    /// The admitted caller does not count: with `max_waiting(1)`, one call
+    /// of a key runs, one waits, and the next is turned away.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Overloaded;
+    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// // Calls of one tenant start at least a second apart.
+    /// let per_tenant = KeyedLimiter::builder(|_: &&'static str| {
+    ///     DelayLimiter::new(Duration::from_secs(1)).unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &&'static str| *tenant).max_waiting(1);
+    /// let mut service = layer.layer(service_fn(|tenant: &'static str| async move {
+    ///     Ok::<_, Infallible>(tenant)
+    /// }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call("acme").await?; // admitted at once
+    /// let waiter = tokio::spawn(service.ready().await?.call("acme"));
+    /// tokio::task::yield_now().await; // the second acme call waits
+    ///
+    /// let Err(error) = service.ready().await?.call("acme").await else {
+    ///     unreachable!("one acme call is already waiting");
+    /// };
+    /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
+    /// service.ready().await?.call("globex").await?; // other tenants are not affected
+    ///
+    /// waiter.await??;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_waiting(mut self, max_waiting: usize) -> Self {
         self.options.max_waiting = Some(max_waiting);
         self
     }
 
     /// A request waits at most `max_wait` for admission, then fails with
-    /// [`Elapsed`](crate::error::Elapsed).
+    /// [`Elapsed`](crate::error::Elapsed) (at once if the key's limiter names
+    /// a later instant).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Elapsed;
+    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let per_tenant = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(10)).unwrap())
+    ///     .build()?;
+    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
+    ///     .max_wait(Duration::from_secs(1));
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call(7).await?;
+    /// let Err(error) = service.ready().await?.call(7).await else {
+    ///     unreachable!("tenant 7's next call is 10 s away");
+    /// };
+    /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
+    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.options.max_wait = Some(max_wait);
         self
@@ -221,12 +330,63 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
 
     /// Never wait: a request its key's limiter denies fails at once with
     /// [`Rejected`].
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Rejected;
+    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let per_tenant = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(10)).unwrap())
+    ///     .build()?;
+    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant).reject();
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    ///
+    /// let start = Instant::now();
+    /// service.ready().await?.call(7).await?;
+    /// let Err(error) = service.ready().await?.call(7).await else {
+    ///     unreachable!("tenant 7's next call is 10 s away");
+    /// };
+    /// let retry_at = error.downcast_ref::<Rejected>().and_then(Rejected::retry_at);
+    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+    /// assert_eq!(service.ready().await?.call(8).await?, 8); // another tenant's first call
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn reject(mut self) -> Self {
         self.options.reject = true;
         self
     }
 
     /// The keyed limiter, for handles to keys' limiters.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::future::pending;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(2).unwrap()).build()?;
+    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant);
+    /// let mut service = layer.layer(service_fn(|_: u32| pending::<Result<(), Infallible>>()));
+    ///
+    /// let call = tokio::spawn(service.ready().await?.call(7)); // a call that never ends
+    /// tokio::task::yield_now().await; // admitted in its response future
+    /// assert_eq!(layer.keyed().limiter(&7).running(), 1);
+    /// assert_eq!(layer.keyed().limiter(&8).running(), 0);
+    ///
+    /// call.abort(); // cancelled: tenant 7's slot is released
+    /// let _ = call.await;
+    /// assert_eq!(layer.keyed().limiter(&7).running(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn keyed(&self) -> &KeyedLimiter<K, L> {
         &self.keyed
     }
@@ -262,7 +422,22 @@ impl<K, L, F, C, G> fmt::Debug for KeyedLimitLayer<K, L, F, C, G> {
 }
 
 /// A service whose requests are admitted by the limiter of their key; built
-/// by [`KeyedLimitLayer`], whose docs have an example.
+/// by [`KeyedLimitLayer`], whose docs have more examples.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::{KeyedLimit, KeyedLimitLayer, KeyedLimiter, NullLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
+/// let mut service: KeyedLimit<_, _, _, _> = KeyedLimitLayer::new(keyed, |n: &u32| n % 2)
+///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
+/// assert_eq!(service.ready().await?.call(21).await?, 42);
+/// # Ok(())
+/// # }
+/// ```
 pub type KeyedLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
     PerRequest<S, KeyedLimitLayer<K, L, F, C, G>>;
 

@@ -17,6 +17,37 @@ use crate::limiter::{Limiter, Permit};
 /// [`KeyedLimitLayer`](super::KeyedLimitLayer) and
 /// [`FairLimitLayer`](super::FairLimitLayer), which [`PerRequest`] serves;
 /// see their docs for examples.
+///
+/// Its [`admission`](AdmitRequest::admission) is what a call's response
+/// future awaits first; the permit it yields is held until the call ends.
+///
+/// ```
+/// use tower_limits::error::BoxError;
+/// use tower_limits::limit::AdmitRequest;
+/// use tower_limits::{ConcurrencyLimiter, FairLimitLayer, KeyedLimitLayer, KeyedLimiter, Permit};
+///
+/// // Works with either per-request layer.
+/// async fn admit<A: AdmitRequest<u32>>(layer: &A, request: u32) -> Result<Permit, BoxError> {
+///     let (_limiter, permit) = layer.admission(&request).await?;
+///     Ok(permit)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let shared = ConcurrencyLimiter::new(2)?;
+/// let fair = FairLimitLayer::new(shared.clone(), |tenant: &u32| *tenant);
+/// let permit = admit(&fair, 7).await?;
+/// assert_eq!(shared.running(), 1);
+/// drop(permit);
+/// assert_eq!(shared.running(), 0);
+///
+/// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+/// let keyed = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant);
+/// let _permit = admit(&keyed, 7).await?;
+/// assert_eq!(keyed.keyed().limiter(&7).running(), 1);
+/// # Ok(())
+/// # }
+/// ```
 pub trait AdmitRequest<Request>: sealed::Sealed {
     /// The limiter that grants the permit (to refund or settle it).
     type Limiter: Limiter;

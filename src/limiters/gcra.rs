@@ -375,29 +375,102 @@ pub struct GcraState {
 
 impl GcraState {
     /// Whether the call was (or would be) denied.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(2)?;
+    /// assert!(!limiter.try_acquire_with_state(1)?.1.is_limited());
+    /// assert!(!limiter.try_acquire_with_state(1)?.1.is_limited());
+    /// assert!(limiter.try_acquire_with_state(1)?.1.is_limited()); // the burst is spent
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_limited(&self) -> bool {
         self.limited
     }
 
     /// The burst: how many calls may go at once (redis-cell's
     /// `max_burst + 1`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // redis-cell's max_burst of 15.
+    /// let limiter = GcraLimiter::new(30, Duration::from_secs(60))?.with_burst(16)?;
+    /// assert_eq!(limiter.peek_state(0)?.limit(), 16);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
     /// How many calls costing 1 could go right after this decision, at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let (_, state) = limiter.try_acquire_with_state(2)?;
+    /// assert_eq!(state.remaining(), 3);
+    /// tokio::time::advance(Duration::from_secs(1)).await; // one cell drips back
+    /// assert_eq!(limiter.peek_state(0)?.remaining(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn remaining(&self) -> u32 {
         self.remaining
     }
 
     /// How long until the limiter is back to a full burst (its initial
     /// state; redis-cell lets the key expire then).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// assert_eq!(limiter.peek_state(0)?.reset_after(), Duration::ZERO); // untouched
+    /// let (_, state) = limiter.try_acquire_with_state(3)?;
+    /// assert_eq!(state.reset_after(), Duration::from_secs(3));
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert_eq!(limiter.peek_state(0)?.reset_after(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn reset_after(&self) -> Duration {
         self.reset_after
     }
 
     /// How long until the denied call would be admitted; `None` if it was
     /// admitted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One call every 2 s.
+    /// let limiter = GcraLimiter::new(30, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.try_acquire_with_state(1)?.1.retry_after(), None);
+    /// let (_, denied) = limiter.try_acquire_with_state(1)?;
+    /// assert_eq!(denied.retry_after(), Some(Duration::from_secs(2))); // a `Retry-After` of 2
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }

@@ -135,6 +135,27 @@ where
     /// The limiter of `key`, made now if the key is new (or was forgotten).
     /// Clones share its state, so a handle kept for `set_next_available_time`
     /// acts on the key's limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{Admission, DelayLimiter, KeyedLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_tenant = KeyedLimiter::builder(|_: &&'static str| {
+    ///     DelayLimiter::new(Duration::from_millis(100)).unwrap()
+    /// })
+    /// .build()?;
+    ///
+    /// // acme's upstream answered 429: pause acme alone for 30 s.
+    /// let acme = per_tenant.limiter(&"acme");
+    /// acme.set_next_available_time(Instant::now() + Duration::from_secs(30)).await?;
+    /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Denied(_)));
+    /// assert!(matches!(per_tenant.try_acquire(&"globex").await?, Admission::Granted(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn limiter(&self, key: &K) -> L {
         self.with_entry(key, |entry| entry.limiter.clone())
     }
@@ -169,6 +190,24 @@ where
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
+    ///
+    /// ```
+    /// use tower_limits::{Admission, ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One call at a time per peer.
+    /// let per_peer = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+    /// let Admission::Granted(permit) = per_peer.try_acquire(&1).await? else {
+    ///     unreachable!("peer 1 is idle");
+    /// };
+    /// assert!(matches!(per_peer.try_acquire(&1).await?, Admission::Denied(_)));
+    /// assert!(matches!(per_peer.try_acquire(&2).await?, Admission::Granted(_)));
+    /// drop(permit); // peer 1's call ends
+    /// assert!(matches!(per_peer.try_acquire(&1).await?, Admission::Granted(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn try_acquire(&self, key: &K) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
         self.try_acquire_many(key, 1)
     }
@@ -210,6 +249,19 @@ where
     }
 
     /// How many keys are held now (at most the configured maximum).
+    ///
+    /// ```
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
+    /// for key in [1, 2, 3, 1, 2] {
+    ///     keyed.limiter(&key);
+    /// }
+    /// assert_eq!(keyed.len(), 3); // each key once
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn len(&self) -> usize {
         self.inner
             .shards
@@ -219,6 +271,18 @@ where
     }
 
     /// Whether no key is held.
+    ///
+    /// ```
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
+    /// assert!(keyed.is_empty()); // limiters are made on first use
+    /// keyed.limiter(&1);
+    /// assert!(!keyed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -314,6 +378,21 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
 }
 
 /// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Clock, KeyedLimiter, KeyedLimiterBuilder, NullLimiter};
+///
+/// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+/// let builder: KeyedLimiterBuilder<u32, NullLimiter> = KeyedLimiter::builder(|_: &u32| NullLimiter)
+///     .max_keys(50_000)
+///     .idle_timeout(Duration::from_secs(300))
+///     .clock(Clock::fast());
+/// let keyed = builder.build()?;
+/// assert!(format!("{keyed:?}").contains("idle_timeout: 300s"));
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "call `build` to get a keyed limiter"]
 pub struct KeyedLimiterBuilder<K, L> {
     make: Box<Make<K, L>>,
@@ -325,6 +404,19 @@ pub struct KeyedLimiterBuilder<K, L> {
 impl<K, L> KeyedLimiterBuilder<K, L> {
     /// The most keys held at once (default 10,000). The bound is exact: the
     /// map never holds more.
+    ///
+    /// ```
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).max_keys(100).build()?;
+    /// for key in 0..1_000 {
+    ///     keyed.limiter(&key); // a flood of new keys
+    /// }
+    /// assert!(keyed.len() <= 100);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
@@ -332,12 +424,50 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
 
     /// How long a key must go unused before it may be forgotten (default 10
     /// minutes).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter)
+    ///     .idle_timeout(Duration::from_secs(60))
+    ///     .build()?;
+    /// keyed.limiter(&1);
+    /// keyed.limiter(&2);
+    /// tokio::time::advance(Duration::from_secs(30)).await;
+    /// keyed.limiter(&2); // key 2 is used again
+    /// tokio::time::advance(Duration::from_secs(31)).await;
+    /// assert_eq!(keyed.evict_idle(), 1); // only key 1 went unused for a minute
+    /// assert_eq!(keyed.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = idle_timeout;
         self
     }
 
     /// The clock that measures idleness (see [`Clock`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Clock, KeyedLimiter, NullLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter)
+    ///     .idle_timeout(Duration::from_secs(60))
+    ///     .clock(Clock::fast())
+    ///     .build()?;
+    /// keyed.limiter(&1);
+    /// tokio::time::advance(Duration::from_secs(61)).await;
+    /// // The fast clock ignores paused tokio time: key 1 is not idle yet.
+    /// assert_eq!(keyed.evict_idle(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
