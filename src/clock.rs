@@ -31,9 +31,19 @@
 //! [`tokio::time::pause`]: https://docs.rs/tokio/1/tokio/time/fn.pause.html
 //! [`tokio::time::advance`]: https://docs.rs/tokio/1/tokio/time/fn.advance.html
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// The calibrated counter every [`Clock::fast`] reads: calibrating takes
+/// milliseconds, so it happens once per process, and a clock handle stays
+/// two words wide.
+static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
+
+fn counter() -> &'static quanta::Clock {
+    COUNTER.get_or_init(quanta::Clock::new)
+}
 
 /// A monotonic time source, cheap to clone; see the [module docs](self).
 ///
@@ -54,6 +64,7 @@ use tokio::time::Instant;
 /// # }
 /// ```
 #[derive(Clone, Debug)]
+#[repr(C)] // The source first: the fast clock reads nothing else.
 pub struct Clock {
     source: Source,
     epoch: Instant,
@@ -62,8 +73,8 @@ pub struct Clock {
 #[derive(Clone, Debug)]
 enum Source {
     Tokio,
+    /// Reads [`COUNTER`]; `epoch_raw` is its reading at the epoch.
     Counter {
-        clock: quanta::Clock,
         epoch_raw: u64,
     },
 }
@@ -107,10 +118,9 @@ impl Clock {
     /// assert!(clock.now() >= a);
     /// ```
     pub fn fast() -> Self {
-        let clock = quanta::Clock::new();
-        let epoch_raw = clock.raw();
+        let epoch_raw = counter().raw();
         Self {
-            source: Source::Counter { clock, epoch_raw },
+            source: Source::Counter { epoch_raw },
             epoch: Instant::now(),
         }
     }
@@ -141,7 +151,10 @@ impl Clock {
     pub(crate) fn now_nanos(&self) -> u64 {
         match &self.source {
             Source::Tokio => duration_nanos(Instant::now().saturating_duration_since(self.epoch)),
-            Source::Counter { clock, epoch_raw } => clock.delta_as_nanos(*epoch_raw, clock.raw()),
+            Source::Counter { epoch_raw } => {
+                let counter = counter();
+                counter.delta_as_nanos(*epoch_raw, counter.raw())
+            }
         }
     }
 

@@ -85,11 +85,11 @@ pub mod store;
 
 pub use clock::Clock;
 pub use limit::{
-    CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, DelayLimit,
-    DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer, FairLimit, FairLimitLayer,
-    FixedWindowLimit, FixedWindowLimitLayer, GcraLimit, GcraLimitLayer, KeyedLimit,
-    KeyedLimitLayer, LeakyBucketLimit, LeakyBucketLimitLayer, Limit, LimitLayer, NullLimit,
-    NullLimitLayer, RateLimit, RateLimitLayer, SlidingWindowCounterLimit,
+    CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, CostLimit,
+    CostLimitLayer, DelayLimit, DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer,
+    FairLimit, FairLimitLayer, FixedWindowLimit, FixedWindowLimitLayer, GcraLimit, GcraLimitLayer,
+    KeyedLimit, KeyedLimitLayer, LeakyBucketLimit, LeakyBucketLimitLayer, Limit, LimitLayer,
+    NullLimit, NullLimitLayer, RateLimit, RateLimitLayer, SlidingWindowCounterLimit,
     SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
 };
 pub use limiter::{

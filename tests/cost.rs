@@ -309,3 +309,129 @@ async fn the_keyed_layer_settles_with_the_cost_the_response_reports() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert!(tokens.limiter(&1).peek(50).await.unwrap().is_none());
 }
+
+mod plain_layer {
+    //! `LimitLayer::cost`: one shared limiter, a cost per request.
+
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use proptest::prelude::*;
+    use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
+    use tower_limits::{
+        ConcurrencyLimitLayer, LimitLayer, RateLimitLayer, TokenBucketLimitLayer,
+        TokenBucketLimiter,
+    };
+
+    use super::*;
+    use crate::common::{ms, paused_runtime};
+
+    #[tokio::test(start_paused = true)]
+    async fn each_request_takes_its_cost_from_the_bucket_in_arrival_order() {
+        // 10 tokens, refilled at 10 a second; a request is a batch of calls.
+        let bucket = TokenBucketLimiter::new(10, 10, secs(1)).unwrap();
+        let layer = TokenBucketLimitLayer::new(bucket).cost(|batch: &u32| *batch);
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&started);
+        let service = layer.layer(service_fn(move |batch: u32| {
+            record.lock().unwrap().push((batch, Instant::now()));
+            async move { Ok::<_, Infallible>(batch) }
+        }));
+        let start = Instant::now();
+        let calls = [8, 5, 1, 10].map(|batch| {
+            let mut service = service.clone();
+            tokio::spawn(async move { service.ready().await?.call(batch).await })
+        });
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        let at = |millis| start + ms(millis);
+        // 8 at once; 5 once 3 more refilled; 1 more then; 10 once the bucket is full again.
+        let expected = vec![(8, at(0)), (5, at(300)), (1, at(400)), (10, at(1400))];
+        assert_eq!(*started.lock().unwrap(), expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cost_above_the_capacity_fails_the_request_at_once() {
+        let layer = RateLimitLayer::new(window(5, secs(1))).cost(|cost: &u32| *cost);
+        let mut service = layer.layer(service_fn(
+            |cost: u32| async move { Ok::<_, Infallible>(cost) },
+        ));
+        let start = Instant::now();
+        let error = service.ready().await.unwrap().call(6).await.unwrap_err();
+        let error = error
+            .downcast_ref::<tower_limits::error::LimiterError>()
+            .and_then(|error| error.get_ref().downcast_ref::<CostTooHigh>())
+            .expect("the failure is CostTooHigh");
+        assert_eq!((error.cost(), error.capacity()), (6, 5));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // The service is still usable, and nothing was charged.
+        assert_eq!(service.ready().await.unwrap().call(5).await.unwrap(), 5);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settling_gives_back_what_the_reply_did_not_use() {
+        let tokens = window(100, secs(60));
+        let mut service = ServiceBuilder::new()
+            .layer(
+                LimitLayer::new(tokens.clone())
+                    .cost(|estimate: &u32| *estimate)
+                    .settle(|used: &u32| Some(*used)),
+            )
+            .service(service_fn(|_: u32| async { Ok::<_, Infallible>(10u32) }));
+        let start = Instant::now();
+        for _ in 0..5 {
+            service.ready().await.unwrap().call(60).await.unwrap();
+        }
+        // Five calls reserving 60 each fit in 100 because each used 10.
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(tokens.peek(50).await.unwrap().is_none());
+        assert!(tokens.peek(51).await.unwrap().is_some());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Jobs taking several of eight slots for a while: the slots in use
+        /// never exceed eight, and every job runs.
+        #[test]
+        fn concurrent_costs_never_exceed_the_slots(
+            jobs in prop::collection::vec((1u32..=8, 1u64..50), 1..40),
+        ) {
+            let in_use = Arc::new(AtomicU32::new(0));
+            let peak = Arc::new(AtomicU32::new(0));
+            let (used, high) = (Arc::clone(&in_use), Arc::clone(&peak));
+            let slots = tower_limits::ConcurrencyLimiter::new(8).unwrap();
+            let layer = ConcurrencyLimitLayer::new(slots).cost(|(cost, _): &(u32, u64)| *cost);
+            let service = layer.layer(service_fn(move |(cost, millis): (u32, u64)| {
+                let (used, high) = (Arc::clone(&used), Arc::clone(&high));
+                async move {
+                    high.fetch_max(used.fetch_add(cost, Ordering::SeqCst) + cost, Ordering::SeqCst);
+                    tokio::time::sleep(ms(millis)).await;
+                    used.fetch_sub(cost, Ordering::SeqCst);
+                    Ok::<_, Infallible>(())
+                }
+            }));
+            let count = jobs.len();
+            let done = paused_runtime().block_on(async move {
+                let calls: Vec<_> = jobs
+                    .into_iter()
+                    .map(|job| {
+                        let mut service = service.clone();
+                        tokio::spawn(async move { service.ready().await?.call(job).await })
+                    })
+                    .collect();
+                let mut done = 0;
+                for call in calls {
+                    call.await.unwrap().unwrap();
+                    done += 1;
+                }
+                done
+            });
+            prop_assert!(peak.load(Ordering::SeqCst) <= 8);
+            prop_assert_eq!(done, count);
+        }
+    }
+}

@@ -12,9 +12,9 @@ use tower_layer::Layer;
 use super::Options;
 use super::per_request::sealed::Sealed;
 use super::per_request::{AdmitRequest, PerRequest};
-use super::waiting::{Queue, wait_for_admission};
-use crate::error::{BoxError, Rejected};
-use crate::limiter::{Admission, Limiter, Permit};
+use super::waiting::admit_in_line;
+use crate::error::BoxError;
+use crate::limiter::{Limiter, Permit};
 use crate::limiters::KeyedLimiter;
 
 /// How much of a limit a request takes; see [`KeyedLimitLayer::cost`].
@@ -461,7 +461,7 @@ where
         let cost = self.cost_of.cost(request);
         let options = self.options;
         async move {
-            let permit = admit(&limiter, cost, &queue, options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, options).await?;
             Ok((limiter, permit))
         }
     }
@@ -469,25 +469,4 @@ where
     fn settle_with(&self) -> Arc<G> {
         Arc::clone(&self.settle_with)
     }
-}
-
-/// Admits a caller of one key: at once if nobody of that key waits and the
-/// limiter agrees, else in line.
-async fn admit<L: Limiter + Clone>(
-    limiter: &L,
-    cost: u32,
-    queue: &Arc<Queue>,
-    options: Options,
-) -> Result<Permit, BoxError> {
-    let mut denial = None;
-    if queue.is_empty() {
-        match limiter.try_acquire_many(cost).await? {
-            Admission::Granted(permit) => return Ok(permit),
-            Admission::Denied(denied) if options.reject => {
-                return Err(Rejected::new(denied.retry_at()).into());
-            }
-            Admission::Denied(denied) => denial = Some(denied),
-        }
-    }
-    wait_for_admission(limiter.clone(), cost, queue, options, denial)?.await
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
+use super::cost::CostLimitLayer;
 use super::waiting::Queue;
 use super::{Limit, Options};
 use crate::limiter::Limiter;
@@ -189,6 +190,28 @@ impl<L> LimitLayer<L> {
     /// ```
     pub fn limiter(&self) -> &L {
         &self.limiter
+    }
+
+    /// Charges each request `cost_of(&request)` units in one decision,
+    /// keeping this layer's waiting options: see [`CostLimitLayer`], which
+    /// admits in `call`, once the request is known.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimitLayer, GcraLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// // 100 emails a minute; a request is a list of recipients.
+    /// let emails = GcraLimiter::new(100, Duration::from_secs(60))?.with_burst(100)?;
+    /// let layer = GcraLimitLayer::new(emails)
+    ///     .max_wait(Duration::from_secs(30))
+    ///     .cost(|recipients: &Vec<String>| recipients.len().try_into().unwrap_or(u32::MAX));
+    /// assert_eq!(layer.limiter().burst(), 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cost<C>(self, cost_of: C) -> CostLimitLayer<L, C> {
+        CostLimitLayer::new(self.limiter, self.queue, self.options, cost_of)
     }
 }
 

@@ -57,6 +57,7 @@
 //! several delayed callers can start back to back and break the rate (seed
 //! 004, chaining rule 1; the `layer_order` test shows both).
 
+mod cost;
 mod fair;
 mod keyed;
 mod layer;
@@ -68,6 +69,7 @@ pub mod future;
 
 use std::time::Duration;
 
+pub use cost::{CostLimit, CostLimitLayer};
 pub use fair::{FairLimit, FairLimitLayer};
 pub use keyed::{KeepEstimate, KeyedLimit, KeyedLimitLayer, RequestCost, ResponseCost, UnitCost};
 pub use layer::LimitLayer;

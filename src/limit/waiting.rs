@@ -156,3 +156,24 @@ pub(crate) fn wait_for_admission<L: Limiter>(
 
 /// A caller's wait for admission.
 pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
+
+/// Admits a caller for a request: at once if nobody waits in `queue` and
+/// the limiter agrees, else in line (or rejected, with `options.reject`).
+pub(crate) async fn admit_in_line<L: Limiter + Clone>(
+    limiter: &L,
+    cost: u32,
+    queue: &Arc<Queue>,
+    options: Options,
+) -> Result<Permit, BoxError> {
+    let mut denial = None;
+    if queue.is_empty() {
+        match limiter.try_acquire_many(cost).await? {
+            Admission::Granted(permit) => return Ok(permit),
+            Admission::Denied(denied) if options.reject => {
+                return Err(Rejected::new(denied.retry_at()).into());
+            }
+            Admission::Denied(denied) => denial = Some(denied),
+        }
+    }
+    wait_for_admission(limiter.clone(), cost, queue, options, denial)?.await
+}

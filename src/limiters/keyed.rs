@@ -1,11 +1,12 @@
 //! [`KeyedLimiter`]: one limit per key (tenant, API key, route, peer), in
 //! bounded memory.
 
-use std::collections::HashMap;
-use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use std::{cmp, fmt};
+
+use hashbrown::HashTable;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, LimiterError};
@@ -83,15 +84,20 @@ struct KeyedInner<K, L> {
     clock: Clock,
 }
 
+/// One lock's share of the keys. The key's hash, computed once per call,
+/// picks the shard and finds the entry within it.
 struct Shard<K, L> {
-    entries: HashMap<K, Entry<L>>,
+    entries: HashTable<Entry<K, L>>,
 }
 
-struct Entry<L> {
+struct Entry<K, L> {
+    key: K,
+    /// The key's hash, kept so that growing the table rehashes nothing.
+    hash: u64,
     limiter: L,
-    /// The key's line of waiting callers, for [`KeyedLimitLayer`]
-    /// (crate::KeyedLimitLayer).
-    queue: Arc<Queue>,
+    /// The key's line of waiting callers, made for the first caller of
+    /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
+    queue: Option<Arc<Queue>>,
     /// Nanoseconds since the clock's epoch.
     last_used: u64,
 }
@@ -163,18 +169,20 @@ where
     /// `key`'s limiter and its queue of waiting callers.
     pub(crate) fn lane(&self, key: &K) -> (L, Arc<Queue>) {
         self.with_entry(key, |entry| {
-            (entry.limiter.clone(), Arc::clone(&entry.queue))
+            let queue = entry.queue.get_or_insert_default();
+            (entry.limiter.clone(), Arc::clone(queue))
         })
     }
 
     /// Runs `use_entry` on `key`'s entry, made now if the key is new, under
     /// its shard's lock.
     #[inline]
-    fn with_entry<T>(&self, key: &K, use_entry: impl FnOnce(&Entry<L>) -> T) -> T {
+    fn with_entry<T>(&self, key: &K, use_entry: impl FnOnce(&mut Entry<K, L>) -> T) -> T {
         let inner = &*self.inner;
         let now = inner.clock.now_nanos();
-        let mut shard = inner.shard(key);
-        if let Some(entry) = shard.entries.get_mut(key) {
+        let hash = inner.hasher.hash_one(key);
+        let mut shard = inner.shard(hash);
+        if let Some(entry) = shard.find_mut(hash, key) {
             entry.last_used = now;
             return use_entry(entry);
         }
@@ -182,11 +190,14 @@ where
             shard.make_room(now, inner.idle_timeout);
         }
         let entry = Entry {
+            key: key.clone(),
+            hash,
             limiter: (inner.make)(key),
-            queue: Arc::default(),
+            queue: None,
             last_used: now,
         };
-        use_entry(shard.entries.entry(key.clone()).or_insert(entry))
+        let entry = shard.entries.insert_unique(hash, entry, |entry| entry.hash);
+        use_entry(entry.into_mut())
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
@@ -324,19 +335,26 @@ fn lock<K, L>(shard: &Mutex<Shard<K, L>>) -> MutexGuard<'_, Shard<K, L>> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<K: Hash + Eq, L> KeyedInner<K, L> {
-    fn shard(&self, key: &K) -> MutexGuard<'_, Shard<K, L>> {
-        let index = self.hasher.hash_one(key) as usize % self.shards.len();
+impl<K, L> KeyedInner<K, L> {
+    /// The shard of a key with this hash. It takes bits the table uses
+    /// for neither the bucket (the low bits) nor the tag (the top seven).
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L>> {
+        let index = (hash >> 40) as usize % self.shards.len();
         lock(&self.shards[index])
     }
 }
 
-impl<K: Hash + Eq + Clone, L> Shard<K, L> {
+impl<K: Eq, L> Shard<K, L> {
+    #[inline]
+    fn find_mut(&mut self, hash: u64, key: &K) -> Option<&mut Entry<K, L>> {
+        self.entries.find_mut(hash, |entry| entry.key == *key)
+    }
+
     /// Forgets keys unused since `now - idle_timeout`; how many.
     fn evict_idle(&mut self, now: u64, idle_timeout: u64) -> usize {
         let before = self.entries.len();
         self.entries
-            .retain(|_, entry| now.saturating_sub(entry.last_used) < idle_timeout);
+            .retain(|entry| now.saturating_sub(entry.last_used) < idle_timeout);
         before - self.entries.len()
     }
 
@@ -347,18 +365,21 @@ impl<K: Hash + Eq + Clone, L> Shard<K, L> {
         if self.evict_idle(now, idle_timeout) > 0 {
             return;
         }
-        let mut by_age: Vec<(u64, K)> = self
-            .entries
-            .iter()
-            .map(|(key, entry)| (entry.last_used, key.clone()))
-            .collect();
-        let count = (by_age.len() / 8).max(1).min(by_age.len());
-        if count < by_age.len() {
-            by_age.select_nth_unstable_by_key(count, |(last_used, _)| *last_used);
-        }
-        for (_, key) in by_age.drain(..count) {
-            self.entries.remove(&key);
-        }
+        let mut ages: Vec<u64> = self.entries.iter().map(|entry| entry.last_used).collect();
+        // The least recently used eighth: every entry used before the
+        // count-th oldest use, and as many used at that instant as it takes.
+        let count = (ages.len() / 8).max(1);
+        let (_, &mut cutoff, _) = ages.select_nth_unstable(count - 1);
+        let mut ties = count - ages.iter().filter(|&&age| age < cutoff).count();
+        self.entries
+            .retain(|entry| match entry.last_used.cmp(&cutoff) {
+                cmp::Ordering::Less => false,
+                cmp::Ordering::Equal if ties > 0 => {
+                    ties -= 1;
+                    false
+                }
+                _ => true,
+            });
     }
 }
 
@@ -508,7 +529,7 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
                 shards: (0..shards)
                     .map(|_| {
                         Mutex::new(Shard {
-                            entries: HashMap::new(),
+                            entries: HashTable::new(),
                         })
                     })
                     .collect(),
