@@ -13,6 +13,7 @@
 //! # assert!(is_overload(&Overloaded::new(3)));
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 
 use tokio::time::Instant;
@@ -43,15 +44,19 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub struct ConfigError {
     field: &'static str,
     value: String,
-    rule: &'static str,
+    rule: Cow<'static, str>,
 }
 
 impl ConfigError {
-    pub(crate) fn new(field: &'static str, value: impl fmt::Debug, rule: &'static str) -> Self {
+    pub(crate) fn new(
+        field: &'static str,
+        value: impl fmt::Debug,
+        rule: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Self {
             field,
             value: format!("{value:?}"),
-            rule,
+            rule: rule.into(),
         }
     }
 
@@ -77,8 +82,8 @@ impl ConfigError {
     /// assert_eq!(error.rule(), "must be longer than zero");
     /// assert_eq!(error.to_string(), "invalid `delay` (0ns): must be longer than zero");
     /// ```
-    pub fn rule(&self) -> &'static str {
-        self.rule
+    pub fn rule(&self) -> &str {
+        &self.rule
     }
 }
 

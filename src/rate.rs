@@ -271,6 +271,50 @@ impl Rate {
     pub fn as_per_second_f64(&self) -> f64 {
         self.count as f64 / self.per.as_secs_f64()
     }
+
+    /// Shard `shard` of `shards`: the rate split so that the shares add up
+    /// to exactly this rate, over the same period (shares differ by at most
+    /// one call). Split a hot limit this way to spread its load over several
+    /// limiters, one per worker or per store key (seed 001: "give each of 4
+    /// shards 25 tokens/sec and hash workers to shards").
+    ///
+    /// The shards together never admit more than this rate. The price is
+    /// the other side: a shard that is out of calls waits even while
+    /// another has some left, so a busy worker gets its share, not the
+    /// whole rate.
+    ///
+    /// Fails with a [`ConfigError`] if `shards` is zero or above the count
+    /// (a shard would get no calls), or if `shard` is not below `shards`.
+    ///
+    /// ```
+    /// use tower_limits::Rate;
+    ///
+    /// let rate: Rate = "10/s".parse()?;
+    /// let shares: Vec<Rate> = (0..4).map(|shard| rate.share(shard, 4)).collect::<Result<_, _>>()?;
+    /// assert_eq!(shares, ["3/s".parse()?, "3/s".parse()?, "2/s".parse()?, "2/s".parse()?]);
+    ///
+    /// let error = rate.share(0, 11).unwrap_err();
+    /// assert_eq!(error.to_string(), "invalid `shards` (11): must be at most the count, 10, so that every shard gets a call");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn share(&self, shard: u64, shards: u64) -> Result<Self, ConfigError> {
+        if shards == 0 {
+            return Err(ConfigError::new("shards", shards, "must be at least 1"));
+        }
+        if shards > self.count {
+            let rule = format!(
+                "must be at most the count, {}, so that every shard gets a call",
+                self.count
+            );
+            return Err(ConfigError::new("shards", shards, rule));
+        }
+        if shard >= shards {
+            let rule = format!("must be below the number of shards, {shards}");
+            return Err(ConfigError::new("shard", shard, rule));
+        }
+        let count = self.count / shards + u64::from(shard < self.count % shards);
+        Ok(Self { count, ..*self })
+    }
 }
 
 impl fmt::Display for Rate {

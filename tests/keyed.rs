@@ -103,3 +103,73 @@ fn a_zero_bound_is_a_config_error() {
         .unwrap_err();
     assert_eq!(error.field(), "idle_timeout");
 }
+
+/// A hot tenant split into four shards of its 100 a second, one per worker,
+/// each worker calling as fast as its shard lets it for `span`; the
+/// admission instants of all workers together.
+async fn sharded_admissions(workers: u64, span: Duration) -> Vec<Instant> {
+    use std::sync::{Arc, Mutex};
+    use tower_limits::{LimiterExt, Rate};
+
+    const SHARDS: u64 = 4;
+    let rate: Rate = "100/s".parse().unwrap();
+    let keyed = KeyedLimiter::builder(move |&(_, shard): &(&str, u64)| {
+        let share = rate.share(shard, SHARDS).unwrap();
+        let name = format!("acme#{shard}");
+        RateLimiter::from_rate(name, share)
+            .unwrap()
+            .without_backoff()
+            .build()
+            .unwrap()
+    })
+    .build()
+    .unwrap();
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let end = Instant::now() + span;
+    let tasks: Vec<_> = (0..workers)
+        .map(|worker| {
+            let shard = keyed.limiter(&("acme", worker % SHARDS));
+            let admitted = Arc::clone(&admitted);
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    drop(shard.acquire().await.unwrap());
+                    admitted.lock().unwrap().push(Instant::now());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut admitted = Arc::try_unwrap(admitted).unwrap().into_inner().unwrap();
+    admitted.retain(|at| *at < end);
+    admitted.sort();
+    admitted
+}
+
+/// The most admissions in any window `[t, t + 1 s)`.
+fn busiest_second(admitted: &[Instant]) -> usize {
+    let second = Duration::from_secs(1);
+    admitted
+        .iter()
+        .enumerate()
+        .map(|(i, start)| admitted[i..].partition_point(|at| *at < *start + second))
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn shards_of_a_hot_key_never_exceed_its_rate_together() {
+    let admitted = sharded_admissions(4, Duration::from_secs(3)).await;
+    assert_eq!(busiest_second(&admitted), 100);
+    // Saturated: every second gets the whole rate.
+    assert_eq!(admitted.len(), 300);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_worker_gets_its_shard_not_the_whole_rate() {
+    // The looser side of sharding: one busy worker, three idle shards.
+    let admitted = sharded_admissions(1, Duration::from_secs(3)).await;
+    assert_eq!(busiest_second(&admitted), 25);
+    assert_eq!(admitted.len(), 75);
+}

@@ -575,3 +575,34 @@ mod serde_support {
         }
     }
 }
+
+proptest! {
+    /// The shares of a split add up to exactly the rate, over the same
+    /// period, and differ by at most one call.
+    #[test]
+    fn shares_add_up_to_the_rate(count in 1u64..1_000_000, shards in 1u64..=64) {
+        let rate = Rate::new(count, Duration::from_secs(1)).unwrap();
+        let shares: Result<Vec<Rate>, _> = (0..shards).map(|shard| rate.share(shard, shards)).collect();
+        if shards > count {
+            prop_assert_eq!(shares.unwrap_err().field(), "shards");
+        } else {
+            let shares = shares.unwrap();
+            prop_assert_eq!(shares.iter().map(Rate::count).sum::<u64>(), count);
+            prop_assert!(shares.iter().all(|share| share.per() == rate.per()));
+            let most = shares.iter().map(Rate::count).max().unwrap();
+            let least = shares.iter().map(Rate::count).min().unwrap();
+            prop_assert!(most - least <= 1);
+        }
+    }
+}
+
+#[test]
+fn a_share_outside_the_shards_is_a_config_error() {
+    let rate: Rate = "10/s".parse().unwrap();
+    assert_eq!(rate.share(0, 0).unwrap_err().field(), "shards");
+    let error = rate.share(4, 4).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid `shard` (4): must be below the number of shards, 4"
+    );
+}

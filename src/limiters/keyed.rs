@@ -69,6 +69,39 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Hot keys
+///
+/// One key's limiter is one point every caller of that key goes through: a
+/// shared counter in memory, one slot in Redis. Where a key is too hot for
+/// that, split it into shards (seed 001): key the limiter by `(key, shard)`,
+/// give each shard its [`Rate::share`](crate::Rate::share) of the rate, and
+/// let each worker use its own shard. The shards together never exceed the
+/// key's rate; the looser part is that a worker gets its shard's share, not
+/// what another shard leaves unused.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::{Admission, GcraLimiter, KeyedLimiter, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// const SHARDS: u64 = 4;
+/// let rate: Rate = "100/s".parse()?;
+/// let per_tenant = KeyedLimiter::builder(move |&(_tenant, shard): &(&str, u64)| {
+///     let share = rate.share(shard, SHARDS).expect("4 shards of 100/s");
+///     GcraLimiter::from_rate(share).expect("valid share")
+/// })
+/// .build()?;
+///
+/// // Worker 3 of 8 takes its shard of the hot tenant: 25 a second, of the 100.
+/// let shard = 3 % SHARDS;
+/// let key = ("acme", shard);
+/// assert_eq!(per_tenant.limiter(&key).interval(), Duration::from_millis(40)); // 25 a second
+/// assert!(matches!(per_tenant.try_acquire(&key).await?, Admission::Granted(_)));
+/// # Ok(())
+/// # }
+/// ```
 pub struct KeyedLimiter<K, L> {
     inner: Arc<KeyedInner<K, L>>,
 }
