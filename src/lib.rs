@@ -20,10 +20,17 @@
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
+//! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store](store) (Redis with feature `redis`) admits it, across processes |
+//! | [`LeasedConcurrencyLimiter`] | fewer than `max` leases are held across processes; leases expire unless renewed |
+//! | [`Failover`] | its store-backed limiter admits it, or, while the store is down, its [`OutagePolicy`] does |
 //!
 //! [`KeyedLimitLayer`] takes the key (and a cost) from each request;
 //! [`FairLimitLayer`] shares one limiter among keys, serving waiting callers
 //! round-robin so that one tenant's backlog cannot starve the others.
+//!
+//! With the `http` cargo feature, the `http` module obeys upstream `429`s and
+//! `Retry-After` / `RateLimit` headers on the client, answers `429` with
+//! those headers on the server, and holds permits until response bodies end.
 //!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
 //! `2/500ms` and, with the `serde` cargo feature, reads them from a
@@ -77,6 +84,9 @@
 
 pub mod clock;
 pub mod error;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod limit;
 mod limiter;
 mod limiters;
@@ -102,4 +112,5 @@ pub use limiters::{
     LeakyBucketLimiter, NullLimiter, RateLimiter, RateLimiterBuilder, SlidingWindowCounterLimiter,
     TokenBucketLimiter,
 };
+pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
 pub use rate::{ParseRateError, Rate};

@@ -135,3 +135,71 @@ async fn a_new_delay_applies_from_the_next_start() {
     drop(limiter.acquire().await.unwrap());
     assert_eq!(Instant::now(), start + secs(4));
 }
+
+mod gcra_and_token_bucket {
+    use tower_limits::error::CostTooHigh;
+    use tower_limits::{GcraLimiter, TokenBucketLimiter};
+
+    use super::*;
+    use crate::common::ms;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_faster_rate_rescales_the_wait_and_wakes_the_waiter() {
+        let start = Instant::now();
+        let limiter = GcraLimiter::new(1, secs(1)).unwrap();
+        drop(granted(&limiter).await.unwrap());
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
+        };
+        tokio::time::sleep(ms(100)).await;
+        // 900 ms of the old second left, a tenth of it at ten a second.
+        limiter.set_limit(10, secs(1), 1).unwrap();
+        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(190));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slower_rate_stretches_the_cells_already_spent() {
+        let start = Instant::now();
+        let limiter = GcraLimiter::new(10, secs(1))
+            .unwrap()
+            .with_burst(5)
+            .unwrap();
+        for _ in 0..5 {
+            drop(granted(&limiter).await.unwrap());
+        }
+        // Five cells of 100 ms spent; at one a second they are five seconds.
+        limiter.set_limit(1, secs(1), 5).unwrap();
+        let next = limiter.acquire().await.map(|_| Instant::now()).unwrap();
+        assert_eq!(next, start + secs(1));
+        assert_eq!(limiter.peek_state(1).unwrap().remaining(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_smaller_bucket_keeps_the_tokens_it_is_missing() {
+        let bucket = TokenBucketLimiter::new(10, 10, secs(1)).unwrap();
+        let _batch = bucket.try_acquire_many(7).await.unwrap();
+        bucket.set_limit(8, 10, secs(1)).unwrap();
+        // 7 missing of 8: one left, and 7 more over 700 ms.
+        assert_eq!(bucket.tokens(), 1);
+        tokio::time::advance(ms(700)).await;
+        assert_eq!(bucket.tokens(), 8);
+        let error = bucket.try_acquire_many(9).await.unwrap_err();
+        let too_high = error.get_ref().downcast_ref::<CostTooHigh>().unwrap();
+        assert_eq!(too_high.capacity(), 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_new_limit_is_refused_and_the_old_one_kept() {
+        let limiter = GcraLimiter::new(10, secs(1)).unwrap();
+        let error = limiter.set_limit(10, Duration::ZERO, 1).unwrap_err();
+        assert_eq!(error.field(), "period");
+        assert_eq!(limiter.interval(), ms(100));
+        let bucket = TokenBucketLimiter::new(4, 1, secs(1)).unwrap();
+        assert_eq!(
+            bucket.set_limit(0, 1, secs(1)).unwrap_err().field(),
+            "capacity"
+        );
+        assert_eq!(bucket.capacity(), 4);
+    }
+}

@@ -199,10 +199,23 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        let (future, permit) = self.call_holding(request);
+        ResponseFuture::new(future, permit)
+    }
+}
+
+impl<S, L: Limiter> Limit<S, L> {
+    /// Calls the inner service with the reservation `poll_ready` made and
+    /// hands its permit to the caller, for a response body that outlives the
+    /// response future (`http::HttpLimit`).
+    pub(crate) fn call_holding<Request>(&mut self, request: Request) -> (S::Future, Permit)
+    where
+        S: Service<Request>,
+    {
         let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) else {
             panic!("Limit::call without a reservation: poll_ready must return Ready(Ok(())) first");
         };
-        ResponseFuture::new(self.inner.call(request), permit)
+        (self.inner.call(request), permit)
     }
 }
 

@@ -20,6 +20,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::seq_cell::SeqCell;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -112,6 +114,30 @@ impl CellConfig {
         Duration::from_nanos(self.interval)
     }
 
+    /// The time `cost` cells occupy.
+    #[inline]
+    fn weight(self, cost: u32) -> u64 {
+        self.interval.saturating_mul(u64::from(cost))
+    }
+
+    /// `B·T`: how far ahead of now the TAT may run after a grant (at most
+    /// [`MAX_SPAN`], checked at construction).
+    #[inline]
+    fn span(self) -> u64 {
+        self.interval * u64::from(self.burst)
+    }
+
+    fn words(self) -> [u64; 2] {
+        [self.interval, u64::from(self.burst)]
+    }
+
+    #[inline]
+    fn from_words([interval, burst]: [u64; 2]) -> Self {
+        // Only `words` writes them: the burst is a u32.
+        let burst = u32::try_from(burst).unwrap_or(u32::MAX);
+        Self { interval, burst }
+    }
+
     pub(super) fn burst(self) -> u32 {
         self.burst
     }
@@ -129,9 +155,9 @@ pub(super) struct Cells {
     tat: AtomicU64,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
-    config: CellConfig,
-    /// `B·T`: how far ahead of now the TAT may run after a grant.
-    span: u64,
+    /// The [`CellConfig`]: `T` and `B`, which [`retune`](Cells::retune)
+    /// changes at runtime.
+    config: SeqCell<2>,
     clock: Clock,
     /// Fired when a refund or `clear` gives cells back early.
     reopened: ReleaseEvent,
@@ -140,6 +166,8 @@ pub(super) struct Cells {
 /// One decision (or the look at one), in nanoseconds since the clock's epoch.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Outcome {
+    /// The configuration the decision was made under.
+    pub(super) config: CellConfig,
     pub(super) now: u64,
     /// The TAT after the decision (for a look: as the decision would leave it).
     pub(super) tat: u64,
@@ -149,12 +177,24 @@ pub(super) struct Outcome {
     pub(super) retry_at: Option<u64>,
 }
 
+impl Outcome {
+    /// How many cells could go at once after this, ignoring any pause:
+    /// `⌊(now + B·T − max(TAT, now)) / T⌋`.
+    pub(super) fn available(&self) -> u32 {
+        let (config, now) = (self.config, self.now);
+        let room = now
+            .saturating_add(config.span())
+            .saturating_sub(self.tat.max(now));
+        // room <= span = burst × interval, so the quotient fits.
+        u32::try_from(room / config.interval).unwrap_or(config.burst)
+    }
+}
+
 impl Cells {
     /// A full bucket, shared by the handles of one limiter.
     pub(super) fn shared(config: CellConfig, clock: Clock) -> Arc<Self> {
         Arc::new(Self {
-            config,
-            span: config.interval * u64::from(config.burst),
+            config: SeqCell::new(config.words()),
             tat: AtomicU64::new(0),
             not_before: AtomicU64::new(0),
             reopened: ReleaseEvent::new(),
@@ -162,36 +202,39 @@ impl Cells {
         })
     }
 
+    /// The configuration in force.
+    #[inline]
     pub(super) fn config(&self) -> CellConfig {
-        self.config
+        CellConfig::from_words(self.config.load())
     }
 
-    /// `Ok` if `cost` can ever be granted; else [`CostTooHigh`].
+    /// `Ok` if `cost` can ever be granted under `config`; else
+    /// [`CostTooHigh`].
     #[inline]
-    pub(super) fn check(&self, cost: u32) -> Result<(), LimiterError> {
-        if cost <= self.config.burst {
+    fn check(config: CellConfig, cost: u32) -> Result<(), LimiterError> {
+        if cost <= config.burst {
             return Ok(());
         }
-        self.too_high(cost)
+        Err(too_high(cost, config.burst))
     }
 
-    #[cold]
-    fn too_high(&self, cost: u32) -> Result<(), LimiterError> {
-        CostTooHigh::check(cost, self.config.burst as usize)
-    }
-
-    /// The time `cost` cells occupy.
+    /// The GCRA test under `config`: the TAT a grant of `cost` leaves, or
+    /// the instant it would be granted. A cost above the burst (possible
+    /// only if a [`retune`](Cells::retune) lowered it since the caller's
+    /// check) is told to retry now, when the check refuses it.
     #[inline]
-    fn weight(&self, cost: u32) -> u64 {
-        self.config.interval.saturating_mul(u64::from(cost))
-    }
-
-    /// The GCRA test: the TAT a grant of `cost` leaves, or the instant it
-    /// would be granted.
-    #[inline]
-    fn judge(&self, now: u64, not_before: u64, tat: u64, cost: u32) -> Result<u64, u64> {
-        let weight = self.weight(cost);
-        let conforms_at = tat.saturating_add(weight).saturating_sub(self.span);
+    fn judge(
+        config: CellConfig,
+        now: u64,
+        not_before: u64,
+        tat: u64,
+        cost: u32,
+    ) -> Result<u64, u64> {
+        if cost > config.burst {
+            return Err(now);
+        }
+        let weight = config.weight(cost);
+        let conforms_at = tat.saturating_add(weight).saturating_sub(config.span());
         let ready_at = conforms_at.max(not_before);
         if ready_at > now {
             Err(ready_at)
@@ -209,16 +252,19 @@ impl Cells {
         (now, not_before, self.tat.load(Ordering::SeqCst))
     }
 
-    /// Decides and, if the call conforms, takes its cells: one CAS loop.
-    #[inline]
-    fn decide(&self, cost: u32) -> Outcome {
+    /// Decides under `config` and, if the call conforms, takes its cells:
+    /// one CAS loop. A failed CAS may be a [`retune`](Cells::retune), so
+    /// each further attempt reads the configuration afresh.
+    #[inline(always)]
+    fn decide(&self, mut config: CellConfig, cost: u32) -> Outcome {
         let (now, not_before, mut tat) = self.read();
         loop {
-            let next = match self.judge(now, not_before, tat, cost) {
+            let next = match Self::judge(config, now, not_before, tat, cost) {
                 Ok(next) => next,
                 Err(at) => {
                     let retry_at = Some(at);
                     return Outcome {
+                        config,
                         now,
                         tat,
                         not_before,
@@ -233,34 +279,40 @@ impl Cells {
                 Ok(_) => {
                     let tat = next;
                     return Outcome {
+                        config,
                         now,
                         tat,
                         not_before,
                         retry_at: None,
                     };
                 }
-                Err(current) => tat = current,
+                Err(current) => (tat, config) = (current, self.config()),
             }
         }
     }
 
     /// What [`decide`](Cells::decide) would answer now, taking nothing.
-    pub(super) fn look(&self, cost: u32) -> Outcome {
+    pub(super) fn look(&self, cost: u32) -> Result<Outcome, LimiterError> {
+        let config = self.config();
+        Self::check(config, cost)?;
         let (now, not_before, tat) = self.read();
-        match self.judge(now, not_before, tat, cost) {
+        let outcome = match Self::judge(config, now, not_before, tat, cost) {
             Ok(next) => Outcome {
+                config,
                 now,
                 tat: next,
                 not_before,
                 retry_at: None,
             },
             Err(at) => Outcome {
+                config,
                 now,
                 tat,
                 not_before,
                 retry_at: Some(at),
             },
-        }
+        };
+        Ok(outcome)
     }
 
     /// The admission an outcome stands for. A grant's token is the TAT it
@@ -274,67 +326,62 @@ impl Cells {
     }
 
     /// The atomic acquire: decide; on a denial listen, then decide once more,
-    /// so that a refund or `clear` in between wakes the caller.
-    #[inline]
-    pub(super) fn admit(&self, cost: u32) -> Admission {
+    /// so that a refund, `clear` or looser limit in between wakes the caller.
+    /// [`CostTooHigh`] if `cost` is above the burst.
+    #[inline(always)]
+    pub(super) fn admit(&self, cost: u32) -> Result<Admission, LimiterError> {
+        let config = self.config();
+        Self::check(config, cost)?;
         // The grant path stays small enough to inline into the caller.
-        match self.decide(cost) {
+        Ok(match self.decide(config, cost) {
             Outcome {
                 retry_at: None,
                 tat,
                 ..
             } => Admission::Granted(grant(tat, cost)),
             _ => self.admit_or_listen(cost),
-        }
+        })
     }
 
     #[cold]
     fn admit_or_listen(&self, cost: u32) -> Admission {
         self.reopened
-            .decide(|| self.admission(self.decide(cost), cost))
+            .decide(|| self.admission(self.decide(self.config(), cost), cost))
     }
 
     /// [`admit`](Cells::admit), also returning the outcome of the final
     /// decision.
-    pub(super) fn admit_reporting(&self, cost: u32) -> (Admission, Outcome) {
+    pub(super) fn admit_reporting(&self, cost: u32) -> Result<(Admission, Outcome), LimiterError> {
+        Self::check(self.config(), cost)?;
         let last = std::cell::Cell::new(None);
         let admission = self.reopened.decide(|| {
-            let outcome = self.decide(cost);
+            let outcome = self.decide(self.config(), cost);
             last.set(Some(outcome));
             self.admission(outcome, cost)
         });
         let outcome = last.get().expect("`decide` decides at least once");
-        (admission, outcome)
-    }
-
-    /// How many cells could go at once after `outcome`, ignoring any pause:
-    /// `⌊(now + B·T − max(TAT, now)) / T⌋`.
-    pub(super) fn available(&self, outcome: &Outcome) -> u32 {
-        let now = outcome.now;
-        let room = now
-            .saturating_add(self.span)
-            .saturating_sub(outcome.tat.max(now));
-        // room <= span = burst × interval, so the quotient fits.
-        u32::try_from(room / self.config.interval).unwrap_or(self.config.burst)
+        Ok((admission, outcome))
     }
 
     /// Whether one cell could go now.
     pub(super) fn can_proceed(&self) -> bool {
         let (now, not_before, tat) = self.read();
-        self.judge(now, not_before, tat, 1).is_ok()
+        Self::judge(self.config(), now, not_before, tat, 1).is_ok()
     }
 
     /// The denial a call costing `cost` would get now, if any.
-    pub(super) fn peek(&self, cost: u32) -> Option<Denial> {
-        let at = self.look(cost).retry_at?;
-        Some(Denial::until(self.clock.instant_at(at)))
+    pub(super) fn peek(&self, cost: u32) -> Result<Option<Denial>, LimiterError> {
+        let outcome = self.look(cost)?;
+        Ok(outcome
+            .retry_at
+            .map(|at| Denial::until(self.clock.instant_at(at))))
     }
 
     /// Takes one cell whether or not it conforms (the seed's `record_start`):
     /// a start the limiter did not admit still counts against later ones.
     pub(super) fn take_one(&self) {
         let now = self.clock.now_nanos();
-        let interval = self.config.interval;
+        let interval = self.config().interval;
         self.move_tat(|tat| tat.max(now).saturating_add(interval));
     }
 
@@ -342,9 +389,10 @@ impl Cells {
     /// one cell conforms.
     pub(super) fn next_available(&self) -> Instant {
         let (now, not_before, tat) = self.read();
+        let config = self.config();
         let conforms_at = tat
-            .saturating_add(self.config.interval)
-            .saturating_sub(self.span);
+            .saturating_add(config.interval)
+            .saturating_sub(config.span());
         self.clock.instant_at(now.max(not_before).max(conforms_at))
     }
 
@@ -353,6 +401,22 @@ impl Cells {
     pub(super) fn pause_until(&self, at: Instant) {
         let at = self.clock.nanos_at(at);
         self.not_before.fetch_max(at, Ordering::SeqCst);
+    }
+
+    /// Changes the rate and burst from the next decision on, keeping what
+    /// was spent: the cells taken recently (the TAT's lead over now) still
+    /// count, rescaled to the new interval, against the new burst. Wakes
+    /// denied callers, in case the new limit admits them sooner.
+    ///
+    /// A decision racing with the change is made under one configuration
+    /// or the other, never a mix.
+    pub(super) fn retune(&self, config: CellConfig) {
+        let old = self.config();
+        self.config.store_then(config.words(), || {
+            let now = self.clock.now_nanos();
+            self.move_tat(|tat| rescale(tat, now, old.interval, config.interval));
+        });
+        self.reopened.notify();
     }
 
     /// Back to a full bucket with no pause; wakes denied callers.
@@ -390,7 +454,7 @@ impl Cells {
     /// Returns `cells` of a grant that left the TAT at `tat`, if nothing
     /// moved it since; the TAT the grant now stands for, if so.
     fn give_back(&self, tat: u64, cells: u32) -> Option<u64> {
-        let earlier = tat.saturating_sub(self.weight(cells));
+        let earlier = tat.saturating_sub(self.config().weight(cells));
         if earlier == tat {
             return Some(tat);
         }
@@ -404,7 +468,7 @@ impl Cells {
     /// Adds `cells` to a grant that left the TAT at `tat`; the TAT the grant
     /// now stands for, if nothing moved it since.
     fn charge(&self, tat: u64, cells: u32) -> Option<u64> {
-        let extra = self.weight(cells);
+        let extra = self.config().weight(cells);
         let before = self.move_tat(|current| current.saturating_add(extra));
         (before == tat).then(|| tat.saturating_add(extra))
     }
@@ -423,6 +487,23 @@ impl Cells {
     pub(super) fn clock(&self) -> &Clock {
         &self.clock
     }
+}
+
+/// [`CostTooHigh`] for a cost above the burst.
+#[cold]
+fn too_high(cost: u32, burst: u32) -> LimiterError {
+    LimiterError::new(CostTooHigh::new(cost, u64::from(burst)))
+}
+
+/// A TAT of the old interval as one of the new: the lead over `now` (the
+/// cells spent and not yet refilled) scaled by `new / old`. A full bucket
+/// (no lead) stays as it is.
+fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
+    let Some(lead) = tat.checked_sub(now).filter(|&lead| lead > 0) else {
+        return tat;
+    };
+    let lead = u128::from(lead) * u128::from(new) / u128::from(old);
+    now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
 }
 
 /// The permit for a grant that left the TAT at `tat`.
@@ -463,8 +544,7 @@ macro_rules! impl_limiter_for_cells {
                 '_,
                 Result<$crate::limiter::Admission, $crate::error::LimiterError>,
             > {
-                let cells = &self.cells;
-                $crate::limiter::LimiterFuture::ready(cells.check(cost).map(|()| cells.admit(cost)))
+                $crate::limiter::LimiterFuture::ready(self.cells.admit(cost))
             }
 
             fn can_proceed(
@@ -480,8 +560,7 @@ macro_rules! impl_limiter_for_cells {
                 '_,
                 Result<Option<$crate::limiter::Denial>, $crate::error::LimiterError>,
             > {
-                let cells = &self.cells;
-                $crate::limiter::LimiterFuture::ready(cells.check(cost).map(|()| cells.peek(cost)))
+                $crate::limiter::LimiterFuture::ready(self.cells.peek(cost))
             }
 
             /// Takes one cell even if it does not conform.

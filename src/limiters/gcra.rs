@@ -128,6 +128,42 @@ impl GcraLimiter {
         Self::new(rate.count(), rate.per())
     }
 
+    /// Changes the rate and the burst at runtime, from the next decision
+    /// on, on the rules of [`new`](GcraLimiter::new) and
+    /// [`with_burst`](GcraLimiter::with_burst). Calls admitted recently
+    /// still count: the cells they took stay taken (their lead over now is
+    /// rescaled to the new interval), so a change never hands out a fresh
+    /// burst. Callers waiting on the limiter are woken to ask again.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the new values are invalid; the old ones stay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One a second, then the upstream allows ten a second.
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?;
+    /// limiter.try_acquire().await?;
+    /// assert!(matches!(limiter.try_acquire().await?, Admission::Denied(_)));
+    ///
+    /// limiter.set_limit(10, Duration::from_secs(1), 1)?;
+    /// assert_eq!(limiter.interval(), Duration::from_millis(100));
+    /// // The last call's second is now a tenth of one.
+    /// tokio::time::advance(Duration::from_millis(100)).await;
+    /// assert!(matches!(limiter.try_acquire().await?, Admission::Granted(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_limit(&self, count: u64, period: Duration, burst: u32) -> Result<(), ConfigError> {
+        let config = CellConfig::new(NAMES, count, period, burst)?;
+        self.cells.retune(config);
+        Ok(())
+    }
+
     /// The same rate with up to `burst` calls (cells) at once; state starts
     /// afresh, so call it before handing out clones.
     ///
@@ -258,8 +294,7 @@ impl GcraLimiter {
     /// # }
     /// ```
     pub fn peek_state(&self, cost: u32) -> Result<GcraState, LimiterError> {
-        self.cells.check(cost)?;
-        Ok(self.state(self.cells.look(cost)))
+        Ok(self.state(self.cells.look(cost)?))
     }
 
     /// [`try_acquire_many`](crate::Limiter::try_acquire_many), also reporting
@@ -294,8 +329,7 @@ impl GcraLimiter {
         &self,
         cost: u32,
     ) -> Result<(Admission, GcraState), LimiterError> {
-        self.cells.check(cost)?;
-        let (admission, outcome) = self.cells.admit_reporting(cost);
+        let (admission, outcome) = self.cells.admit_reporting(cost)?;
         Ok((admission, self.state(outcome)))
     }
 
@@ -304,12 +338,8 @@ impl GcraLimiter {
         let paused = outcome.not_before > outcome.now;
         GcraState {
             limited: outcome.retry_at.is_some(),
-            limit: self.burst(),
-            remaining: if paused {
-                0
-            } else {
-                self.cells.available(&outcome)
-            },
+            limit: outcome.config.burst(),
+            remaining: if paused { 0 } else { outcome.available() },
             reset_after: since_now(outcome.tat.max(outcome.not_before)),
             retry_after: outcome.retry_at.map(since_now),
         }

@@ -153,6 +153,46 @@ impl TokenBucketLimiter {
         }
     }
 
+    /// Changes the capacity and refill rate at runtime, from the next
+    /// decision on, on the rules of [`new`](TokenBucketLimiter::new). Tokens
+    /// taken recently still count: the bucket keeps the tokens it is
+    /// missing (refilling at the new rate), up to the new capacity, so a
+    /// change never hands out a fresh burst. Callers waiting on the bucket
+    /// are woken to ask again.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the new values are invalid; the old ones stay.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, TokenBucketLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucketLimiter::new(10, 10, Duration::from_secs(1))?;
+    /// bucket.try_acquire_many(4).await?; // 6 left, 4 missing
+    ///
+    /// // The upstream's plan changed: 5 at once, 5 a second.
+    /// bucket.set_limit(5, 5, Duration::from_secs(1))?;
+    /// assert_eq!(bucket.capacity(), 5);
+    /// assert_eq!(bucket.tokens(), 1); // still 4 missing, of 5
+    /// assert!(bucket.set_limit(0, 5, Duration::from_secs(1)).is_err());
+    /// assert_eq!(bucket.capacity(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_limit(
+        &self,
+        capacity: u32,
+        refill: u64,
+        period: Duration,
+    ) -> Result<(), ConfigError> {
+        let config = CellConfig::new(NAMES, refill, period, capacity)?;
+        self.cells.retune(config);
+        Ok(())
+    }
+
     /// The most tokens the bucket holds.
     ///
     /// ```
@@ -207,7 +247,7 @@ impl TokenBucketLimiter {
     /// # }
     /// ```
     pub fn tokens(&self) -> u32 {
-        self.cells.available(&self.cells.look(0))
+        self.cells.look(0).map_or(0, |outcome| outcome.available())
     }
 }
 

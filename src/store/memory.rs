@@ -42,6 +42,8 @@ pub struct MemoryStore {
 struct Inner {
     clock: Clock,
     windows: Mutex<HashMap<String, MemoryKey>>,
+    quotas: Mutex<HashMap<String, super::memory_quota::MemoryQuotaKey>>,
+    leases: Mutex<HashMap<String, super::memory_lease::MemoryLeaseKey>>,
 }
 
 /// A named window in a [`MemoryStore`], made by
@@ -141,9 +143,24 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 clock,
-                windows: Mutex::default(),
+                ..Inner::default()
             }),
         }
+    }
+
+    /// The clock every state of this store reads.
+    pub(super) fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    /// The quota state called `name`, made on first use.
+    pub(super) fn quota_state(&self, name: &str) -> super::memory_quota::MemoryQuotaKey {
+        named(&self.inner.quotas, name)
+    }
+
+    /// The lease table called `name`, made on first use.
+    pub(super) fn lease_state(&self, name: &str) -> super::memory_lease::MemoryLeaseKey {
+        named(&self.inner.leases, name)
     }
 
     #[inline]
@@ -155,6 +172,12 @@ impl MemoryStore {
     fn instant(&self, nanos: u64) -> Instant {
         self.inner.clock.instant_at(nanos)
     }
+}
+
+/// The state called `name` in `states`, made on first use.
+fn named<K: Clone + Default>(states: &Mutex<HashMap<String, K>>, name: &str) -> K {
+    let mut states = states.lock().unwrap_or_else(PoisonError::into_inner);
+    states.entry(name.to_owned()).or_default().clone()
 }
 
 /// Locks a window. A panic in another thread mid-update cannot leave a log

@@ -1,18 +1,62 @@
-//! Where a [`RateLimiter`](crate::RateLimiter) keeps its sliding window.
+//! Where limits that must hold across processes keep their state.
 //!
-//! A store answers one atomic question per call, "may this key start a call
-//! now, under this policy?", with a grant or "not before T"
-//! ([`RateLimiterStore::acquire`]). It never splits a decision into a read
-//! and a later write, so it can live in a shared server and still hold the
-//! limit across processes. The seed's storage operations (record an
+//! A store answers one atomic question per call, "may this key take this
+//! cost now, under this policy?", with a grant or "not before T". It never
+//! splits a decision into a read and a later write, so it can live in a
+//! shared server (Redis: one Lua script; a database: one statement or one
+//! transaction) and still hold the limit across processes.
+//!
+//! # Three store traits, one per kind of state
+//!
+//! | Trait | State per key | Limiter on top |
+//! |---|---|---|
+//! | [`RateLimiterStore`] | a sliding log of starts, the seed's backoff and pause | [`RateLimiter<S>`](crate::RateLimiter) |
+//! | [`QuotaStore`] | a [`Quota`]'s few numbers (GCRA's TAT, a window's counters) and a pause | [`SharedLimiter<S>`](crate::SharedLimiter) |
+//! | [`LeaseStore`] | leased concurrency slots that expire unless renewed, and a pause | [`LeasedConcurrencyLimiter<S>`](crate::LeasedConcurrencyLimiter) |
+//!
+//! [`RateLimiterStore`] also has the seed's storage operations (record an
 //! execution, count executions, the oldest execution at an offset, the next
-//! available time, clear, set up) are there too.
+//! available time, clear, set up). [`QuotaStore`] decides GCRA and the token
+//! bucket (one algorithm, configured two ways), the fixed window and the
+//! sliding window counter with one [`decide`](QuotaStore::decide); refunds
+//! and settled costs go through one [`adjust`](QuotaStore::adjust).
 //!
-//! Times cross the trait as [`tokio::time::Instant`]s of this process: a
-//! store with its own clock (a database's) converts at the boundary, so
-//! clock skew between machines never enters a decision.
+//! [`MemoryStore`] implements all three and needs no server; its quotas are
+//! decided by the crate's in-memory limiters, so it is the reference the
+//! other stores are tested against (one conformance suite runs the same
+//! assertions on every store). [`RedisStore`] (cargo feature `redis`) keeps
+//! the same state in Redis.
 //!
-//! [`MemoryStore`] is the default and needs no server.
+//! # Time
+//!
+//! Times cross the traits as [`tokio::time::Instant`]s of this process. A
+//! store with its own clock (the Redis server's `TIME`, a database's `now()`)
+//! decides on that clock alone and converts at the boundary, sending and
+//! receiving *durations* ("retry in 40 ms", "pause for 30 s"), so the clocks
+//! of the machines sharing a limit never meet in a decision: skew cannot
+//! drift the rate.
+//!
+//! # Concurrency across processes
+//!
+//! A running call holds a *lease*: a slot that expires after a TTL unless
+//! its holder renews it. [`LeasedConcurrencyLimiter`](crate::LeasedConcurrencyLimiter)
+//! renews its leases from a background task every third of the TTL and
+//! releases them when permits drop, so a crashed process's slots come back
+//! by themselves once their TTL passes.
+//!
+//! # Outages
+//!
+//! A store that cannot answer returns a [`StoreError`] (unreachable, timed
+//! out, garbage reply), never a panic. Wrap a store-backed limiter in a
+//! [`Failover`](crate::Failover) to choose what happens then
+//! ([`OutagePolicy`](crate::OutagePolicy)): fail closed, fail open, or fall
+//! back to an in-memory limiter until the store answers again.
+//!
+//! # Adding a store
+//!
+//! Implement the three traits (each method is one atomic step on one key),
+//! then add the store to `tests/store_conformance.rs`: the suite in
+//! `tests/common/conformance.rs` takes any store that implements them.
 //!
 //! # Example
 //!
@@ -39,7 +83,14 @@
 //! # }
 //! ```
 
+mod error;
+mod lease;
 mod memory;
+mod memory_lease;
+mod memory_quota;
+mod quota;
+#[cfg(feature = "redis")]
+mod redis;
 
 use std::time::Duration;
 
@@ -48,7 +99,19 @@ use tokio::time::Instant;
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 
+pub(crate) use error::is_outage;
+pub use error::{StoreError, StoreErrorKind};
+pub use lease::LeaseStore;
 pub use memory::{MemoryKey, MemoryStore};
+pub use memory_lease::MemoryLeaseKey;
+pub use memory_quota::MemoryQuotaKey;
+pub use quota::Quota;
+#[cfg(feature = "redis")]
+pub(crate) use quota::QuotaKind;
+pub use quota::QuotaStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::{RedisKey, RedisStore, RedisStoreBuilder};
 
 /// The backing state of a sliding-window [`RateLimiter`](crate::RateLimiter).
 ///

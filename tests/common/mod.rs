@@ -14,8 +14,11 @@
 // leaves unused is not dead code.
 #![allow(dead_code)]
 
+pub(crate) mod conformance;
 pub(crate) mod precision;
 pub(crate) mod recorder;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 pub(crate) mod stress;
 
 use std::time::Duration;

@@ -1,0 +1,345 @@
+//! [`FeedbackLayer`]: a client pauses every caller sharing its limiters when
+//! the upstream says so (429 with `Retry-After`, an exhausted `RateLimit`).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use http::Response;
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::advice::Advice;
+use crate::error::LimiterError;
+use crate::limiter::{Limiter, LimiterFuture, far_future};
+
+/// The longest pause an upstream can impose by default.
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+/// The first pause after a 429 without a hint.
+const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Reads every response and, when the upstream asks for a pause, pushes the
+/// next available time of the limiters it was given
+/// ([`Limiter::set_next_available_time`]): every clone, every caller and
+/// every layer sharing those limiters then waits, not only the caller that
+/// got the 429.
+///
+/// What counts as a request to pause is described by [`Advice`]: a 429 or
+/// 503 with `Retry-After`, or an exhausted quota in the `RateLimit`,
+/// `RateLimit-Remaining`/`-Reset` or `X-RateLimit-Remaining`/`-Reset`
+/// headers (on any status: the client pauses before it is refused). A 429
+/// without a usable header backs off exponentially: 1 s, then twice as long
+/// for each further 429 in a row, until a response that is not a 429.
+///
+/// Every pause is capped by [`max_wait`](FeedbackLayer::max_wait) (default
+/// 5 minutes), so a hostile or broken upstream cannot park the client
+/// forever. A malformed header is ignored with a `tracing` warning.
+///
+/// Put it outside (before) the limit layers in a `ServiceBuilder`, or
+/// anywhere: the response passes through unchanged.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{Request, Response, StatusCode};
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_limits::http::FeedbackLayer;
+/// use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let limiter = RateLimiter::builder("upstream", 100, Duration::from_secs(1))
+///     .without_backoff()
+///     .build()?;
+/// let upstream = service_fn(|_: Request<()>| async {
+///     let response = Response::builder()
+///         .status(StatusCode::TOO_MANY_REQUESTS)
+///         .header("retry-after", "30")
+///         .body(())?;
+///     Ok::<_, http::Error>(response)
+/// });
+/// let mut client = ServiceBuilder::new()
+///     .layer(FeedbackLayer::new(limiter.clone()))
+///     .layer(RateLimitLayer::new(limiter.clone()))
+///     .service(upstream);
+///
+/// let start = tokio::time::Instant::now();
+/// let response = client.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+/// // Every caller sharing the limiter now waits 30 s.
+/// assert_eq!(limiter.next_available_time().await?, start + Duration::from_secs(30));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct FeedbackLayer {
+    limiters: Vec<Arc<dyn Limiter>>,
+    max_wait: Duration,
+    backoff: Duration,
+    streak: Arc<AtomicU32>,
+}
+
+impl FeedbackLayer {
+    /// A layer that pauses `limiter` when the upstream asks.
+    ///
+    /// ```
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::ConcurrencyLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = FeedbackLayer::new(ConcurrencyLimiter::new(8)?);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(limiter: impl Limiter) -> Self {
+        Self {
+            limiters: vec![Arc::new(limiter)],
+            max_wait: DEFAULT_MAX_WAIT,
+            backoff: DEFAULT_BACKOFF,
+            streak: Arc::default(),
+        }
+    }
+
+    /// Pauses `limiter` too (a per-host limit beside a global one, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::{ConcurrencyLimiter, DelayLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = FeedbackLayer::new(ConcurrencyLimiter::new(8)?)
+    ///     .limiter(DelayLimiter::new(Duration::from_millis(100))?);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limiter(mut self, limiter: impl Limiter) -> Self {
+        self.limiters.push(Arc::new(limiter));
+        self
+    }
+
+    /// The longest pause an upstream can impose (default 5 minutes); longer
+    /// ones are cut to it, with a warning.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let layer = FeedbackLayer::new(NullLimiter).max_wait(Duration::from_secs(60));
+    /// # let _ = layer;
+    /// ```
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// The first pause after a 429 that says nothing of when to retry
+    /// (default 1 s); it doubles with each further such 429 in a row, up to
+    /// [`max_wait`](FeedbackLayer::max_wait).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let layer = FeedbackLayer::new(NullLimiter).backoff(Duration::from_millis(250));
+    /// # let _ = layer;
+    /// ```
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The pause `advice` asks for, capped; updates the run of hint-less
+    /// 429s.
+    fn pause_for(&self, advice: Advice) -> Option<Duration> {
+        let wait = match advice {
+            Advice::Proceed => {
+                self.streak.store(0, Ordering::Relaxed);
+                return None;
+            }
+            Advice::Wait(wait) => wait,
+            Advice::BackOff => {
+                let streak = self.streak.fetch_add(1, Ordering::Relaxed);
+                let factor = 1_u32.checked_shl(streak.min(31)).unwrap_or(u32::MAX);
+                self.backoff.saturating_mul(factor)
+            }
+        };
+        if wait > self.max_wait {
+            tracing::warn!(?wait, max_wait = ?self.max_wait, "upstream asked for a pause longer than the maximum: capped");
+        }
+        Some(wait.min(self.max_wait)).filter(|wait| !wait.is_zero())
+    }
+
+    /// Pauses every limiter until `wait` from now; a future for those whose
+    /// store answers later.
+    fn pause(&self, wait: Duration) -> Option<LimiterFuture<'static, ()>> {
+        let at = Instant::now().checked_add(wait).unwrap_or_else(far_future);
+        tracing::debug!(?wait, "upstream asked for a pause");
+        let pending: Vec<Arc<dyn Limiter>> = self
+            .limiters
+            .iter()
+            .filter(
+                |limiter| match limiter.set_next_available_time(at).into_ready() {
+                    Ok(result) => {
+                        log_failure(result);
+                        false
+                    }
+                    Err(_pending) => true,
+                },
+            )
+            .cloned()
+            .collect();
+        if pending.is_empty() {
+            return None;
+        }
+        Some(LimiterFuture::new(async move {
+            for limiter in pending {
+                log_failure(limiter.set_next_available_time(at).await);
+            }
+        }))
+    }
+}
+
+fn log_failure(result: Result<(), LimiterError>) {
+    if let Err(error) = result {
+        tracing::warn!(%error, "could not pause a limiter after the upstream asked");
+    }
+}
+
+impl fmt::Debug for FeedbackLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FeedbackLayer")
+            .field("limiters", &self.limiters.len())
+            .field("max_wait", &self.max_wait)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for FeedbackLayer {
+    type Service = Feedback<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Feedback {
+            inner,
+            layer: Arc::new(self.clone()),
+        }
+    }
+}
+
+/// A service whose responses can pause its limiters; built by
+/// [`FeedbackLayer`], which has an example.
+#[derive(Clone, Debug)]
+pub struct Feedback<S> {
+    inner: S,
+    layer: Arc<FeedbackLayer>,
+}
+
+impl<S> Feedback<S> {
+    /// The inner service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let service = FeedbackLayer::new(NullLimiter).layer("upstream");
+    /// assert_eq!(*service.get_ref(), "upstream");
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, Request, B> Service<Request> for Feedback<S>
+where
+    S: Service<Request, Response = Response<B>>,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        ResponseFuture {
+            inner: self.inner.call(request),
+            layer: Arc::clone(&self.layer),
+            pausing: None,
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Feedback`]: the inner response, once the
+    /// pause it asked for (if any) is recorded in every limiter.
+    ///
+    /// ```
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::http::{feedback::ResponseFuture, FeedbackLayer};
+    /// use tower_limits::NullLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), std::convert::Infallible> {
+    /// let mut service = FeedbackLayer::new(NullLimiter)
+    ///     .layer(service_fn(|_: Request<()>| async {
+    ///         Ok::<_, std::convert::Infallible>(Response::new("ok"))
+    ///     }));
+    /// let future: ResponseFuture<_, &str> = service.ready().await?.call(Request::new(()));
+    /// assert_eq!(*future.await?.body(), "ok");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        inner: F,
+        layer: Arc<FeedbackLayer>,
+        pausing: Option<(Response<B>, LimiterFuture<'static, ()>)>,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Some((_, pause)) = this.pausing.as_mut() {
+            ready!(Pin::new(pause).poll(cx));
+            let (response, _) = this.pausing.take().expect("checked above");
+            return Poll::Ready(Ok(response));
+        }
+        let response = ready!(this.inner.poll(cx))?;
+        let wait = this.layer.pause_for(Advice::from_response(&response));
+        let Some(mut pause) = wait.and_then(|wait| this.layer.pause(wait)) else {
+            return Poll::Ready(Ok(response));
+        };
+        if Pin::new(&mut pause).poll(cx).is_ready() {
+            return Poll::Ready(Ok(response));
+        }
+        *this.pausing = Some((response, pause));
+        Poll::Pending
+    }
+}
+
+impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("pausing", &self.pausing.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,229 @@
+//! [`HttpLimitLayer`]: a [`LimitLayer`] for HTTP services whose calls run
+//! until their response bodies end.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use http::Response;
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::body::LimitBody;
+use crate::error::BoxError;
+use crate::limit::{Limit, LimitLayer};
+use crate::limiter::{Limiter, Permit};
+
+/// Applies a limiter to an HTTP service like [`LimitLayer`], except that a
+/// call counts as running until its response body has been read to the end
+/// or dropped, not only until the response headers arrive: the permit
+/// travels in the body ([`LimitBody`]). A concurrency limit then holds for
+/// streaming responses and for bodies read slowly.
+///
+/// It takes a configured [`LimitLayer`] (waiting bounds, reject mode) and
+/// waits and fails exactly as it does.
+///
+/// ```
+/// use http::{Request, Response};
+/// use http_body_util::{BodyExt, Full};
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::http::HttpLimitLayer;
+/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+/// let limiter = ConcurrencyLimiter::new(1)?;
+/// let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()));
+/// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(&b"streamed"[..])))
+/// }));
+///
+/// let response = service.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(limiter.running(), 1); // the body is still to be read
+/// response.into_body().collect().await?;
+/// assert_eq!(limiter.running(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct HttpLimitLayer<L> {
+    layer: LimitLayer<L>,
+}
+
+impl<L> HttpLimitLayer<L> {
+    /// Wraps a configured [`LimitLayer`] (or one of its aliases).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::HttpLimitLayer;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = HttpLimitLayer::new(
+    ///     ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(8)?).max_wait(Duration::from_secs(5)),
+    /// );
+    /// assert_eq!(layer.limiter().max_concurrent(), 8);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(layer: LimitLayer<L>) -> Self {
+        Self { layer }
+    }
+
+    /// The limiter, shared by every service the layer builds.
+    ///
+    /// ```
+    /// use tower_limits::http::HttpLimitLayer;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(2)?));
+    /// assert_eq!(layer.limiter().running(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limiter(&self) -> &L {
+        self.layer.limiter()
+    }
+}
+
+impl<L> From<LimitLayer<L>> for HttpLimitLayer<L> {
+    fn from(layer: LimitLayer<L>) -> Self {
+        Self::new(layer)
+    }
+}
+
+impl<S, L: Limiter + Clone> Layer<S> for HttpLimitLayer<L> {
+    type Service = HttpLimit<S, L>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        HttpLimit {
+            limit: self.layer.layer(inner),
+        }
+    }
+}
+
+/// An HTTP service whose calls hold their permit until the response body
+/// ends; built by [`HttpLimitLayer`], which has an example.
+///
+/// Clones share the limiter, as [`Limit`]'s do.
+///
+/// # Panics
+///
+/// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the
+/// last `call`, as [`Limit`] does.
+pub struct HttpLimit<S, L: Limiter> {
+    limit: Limit<S, L>,
+}
+
+impl<S, L: Limiter> HttpLimit<S, L> {
+    /// The inner service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// use tower_limits::http::HttpLimitLayer;
+    /// use tower_limits::{NullLimitLayer, NullLimiter};
+    ///
+    /// let service = HttpLimitLayer::new(NullLimitLayer::new(NullLimiter)).layer("upstream");
+    /// assert_eq!(*service.get_ref(), "upstream");
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        self.limit.get_ref()
+    }
+}
+
+impl<S: Clone, L: Limiter + Clone> Clone for HttpLimit<S, L> {
+    fn clone(&self) -> Self {
+        Self {
+            limit: self.limit.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, L: Limiter + fmt::Debug> fmt::Debug for HttpLimit<S, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpLimit")
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+impl<S, L, Request, B> Service<Request> for HttpLimit<S, L>
+where
+    S: Service<Request, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    L: Limiter + Clone,
+{
+    type Response = Response<LimitBody<B>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.limit.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let (inner, permit) = self.limit.call_holding(request);
+        ResponseFuture {
+            inner,
+            permit: Some(permit),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`HttpLimit`]: on success, the permit moves
+    /// into the response body; on failure or drop, it is released at once.
+    ///
+    /// ```
+    /// use std::future::pending;
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::http::HttpLimitLayer;
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// let mut service = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()))
+    ///     .layer(service_fn(|_: Request<()>| pending::<Result<Response<String>, std::io::Error>>()));
+    /// let response = service.ready().await?.call(Request::new(()));
+    /// assert_eq!(limiter.running(), 1);
+    /// drop(response); // cancelled before the headers arrived
+    /// assert_eq!(limiter.running(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        permit: Option<Permit>,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<LimitBody<B>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let output = ready!(this.inner.poll(cx));
+        let permit = this.permit.take(); // released here on failure
+        let response = output.map_err(Into::into)?;
+        let permit = permit.expect("http::limit::ResponseFuture polled after completion");
+        Poll::Ready(Ok(response.map(|body| LimitBody::new(body, permit))))
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("permit", &self.permit)
+            .finish_non_exhaustive()
+    }
+}

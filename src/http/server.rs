@@ -1,0 +1,512 @@
+//! [`TooManyRequestsLayer`]: a server answers over-limit requests at once
+//! with `429 Too Many Requests` (gRPC: `RESOURCE_EXHAUSTED`), `Retry-After`
+//! and `RateLimit` headers.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::body::LimitBody;
+use super::peer::{KeyOf, PeerKey};
+use super::ratelimit::{RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus};
+use super::retry_after::RetryAfter;
+use crate::limiter::{Admission, Limiter};
+use crate::limiters::KeyedLimiter;
+
+/// The `Retry-After` of a denial that names no instant (a concurrency
+/// limit: "when a running call completes").
+const UNKNOWN_WAIT: Duration = Duration::from_secs(1);
+/// gRPC's `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: &str = "8";
+/// gRPC's `UNAVAILABLE`.
+const GRPC_UNAVAILABLE: &str = "14";
+
+/// Limits a server per client (peer address by default) and answers an
+/// over-limit request at once, without calling the service:
+///
+/// * HTTP: `429 Too Many Requests` with `Retry-After` in whole seconds,
+///   rounded up (never `0` for a positive wait; `1` when the limit names no
+///   instant, as a concurrency limit does);
+/// * gRPC (a request whose `content-type` starts with `application/grpc`):
+///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
+///   `grpc-message` and the same `Retry-After`, as tonic clients expect;
+/// * with a [`policy`](TooManyRequestsLayer::policy), `RateLimit` and
+///   `RateLimit-Policy` headers too, and on admitted responses as well with
+///   [`headers_on_success`](TooManyRequestsLayer::headers_on_success).
+///
+/// It builds on [`KeyedLimiter`]: one limiter per key in bounded memory.
+/// The key is the peer address by default ([`PeerKey`], which reads
+/// forwarded-for headers only behind proxies you trust), or whatever
+/// [`with_key`](TooManyRequestsLayer::with_key) takes from the request
+/// head (a tenant header, an API key).
+///
+/// An admitted call holds its permit until its response body ends
+/// ([`LimitBody`]), so a concurrency limit holds for streaming responses.
+/// When the limiter itself fails (an unreachable store) the answer is
+/// `503 Service Unavailable` (gRPC `UNAVAILABLE`), with a warning logged.
+///
+/// The service is `Clone` and never fails by itself, so it fits axum's
+/// `Router::layer`, tonic's `Server::layer` and hyper.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+/// use http::{Request, Response, StatusCode};
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::http::{PeerAddr, RateLimitPolicy, TooManyRequestsLayer};
+/// use tower_limits::{KeyedLimiter, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Two requests a minute per client address.
+/// let per_peer = KeyedLimiter::builder(|peer: &IpAddr| {
+///     RateLimiter::builder(peer.to_string(), 2, Duration::from_secs(60))
+///         .without_backoff()
+///         .build()
+///         .expect("valid configuration")
+/// })
+/// .build()?;
+/// let layer = TooManyRequestsLayer::new(per_peer)
+///     .policy(RateLimitPolicy::new("default", 2, Duration::from_secs(60))?);
+/// let mut service = layer.layer(service_fn(|_: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+/// }));
+///
+/// let request = || {
+///     let mut request = Request::new(String::new());
+///     request.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse().unwrap()));
+///     request
+/// };
+/// for _ in 0..2 {
+///     assert_eq!(service.ready().await?.call(request()).await?.status(), StatusCode::OK);
+/// }
+/// let refused = service.ready().await?.call(request()).await?;
+/// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(refused.headers()["retry-after"], "60");
+/// assert_eq!(refused.headers()["ratelimit"], "\"default\";r=0;t=60");
+/// assert_eq!(refused.headers()["ratelimit-policy"], "\"default\";q=2;w=60");
+/// # Ok(())
+/// # }
+/// ```
+pub struct TooManyRequestsLayer<K, L, X = PeerKey> {
+    keyed: KeyedLimiter<K, L>,
+    key_of: Arc<X>,
+    advertise: Arc<Advertise>,
+}
+
+/// What the headers advertise.
+#[derive(Debug, Default)]
+struct Advertise {
+    policy: Option<RateLimitPolicy>,
+    on_success: bool,
+}
+
+impl<L> TooManyRequestsLayer<IpAddr, L, PeerKey> {
+    /// A layer keyed by the connection's peer address ([`PeerKey::new`]).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tower_limits::http::TooManyRequestsLayer;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// // Four requests at once per client.
+    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| ConcurrencyLimiter::new(4).unwrap()).build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(keyed: KeyedLimiter<IpAddr, L>) -> Self {
+        Self::with_key(keyed, PeerKey::new())
+    }
+}
+
+impl<K, L, X> TooManyRequestsLayer<K, L, X> {
+    /// A layer keyed by `key_of(&request_head)`: a [`PeerKey`] configured
+    /// with trusted proxies, or a closure reading a tenant header.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::TooManyRequestsLayer;
+    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let per_tenant = KeyedLimiter::builder(|_: &String| {
+    ///     GcraLimiter::new(100, Duration::from_secs(1)).unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = TooManyRequestsLayer::with_key(per_tenant, |head: &http::request::Parts| {
+    ///     let tenant = head.headers.get("x-tenant").and_then(|value| value.to_str().ok());
+    ///     tenant.unwrap_or("anonymous").to_owned()
+    /// });
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_key(keyed: KeyedLimiter<K, L>, key_of: X) -> Self {
+        Self {
+            keyed,
+            key_of: Arc::new(key_of),
+            advertise: Arc::default(),
+        }
+    }
+
+    /// Advertises `policy` in `RateLimit-Policy`, and the key's state in
+    /// `RateLimit`, on rejections (and, with
+    /// [`headers_on_success`](TooManyRequestsLayer::headers_on_success), on
+    /// admitted responses). Describe the limit the keyed limiter enforces.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use tower_limits::http::{RateLimitPolicy, TooManyRequestsLayer};
+    /// use tower_limits::{FixedWindowLimiter, KeyedLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
+    ///     FixedWindowLimiter::new(100, Duration::from_secs(60)).unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer)
+    ///     .policy(RateLimitPolicy::new("default", 100, Duration::from_secs(60))?);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn policy(mut self, policy: RateLimitPolicy) -> Self {
+        self.advertise = Arc::new(Advertise {
+            policy: Some(policy),
+            on_success: self.advertise.on_success,
+        });
+        self
+    }
+
+    /// Adds `RateLimit` and `RateLimit-Policy` to admitted responses too
+    /// (needs a [`policy`](TooManyRequestsLayer::policy)). `r` is the number
+    /// of further calls the key's limiter would admit now, and `t` the time
+    /// until it would admit a whole quota, both measured with
+    /// [`Limiter::peek`] (a few peeks, a binary search over the quota).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::http::{RateLimitPolicy, TooManyRequestsLayer};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
+    ///     RateLimiter::builder("peer", 10, Duration::from_secs(60)).without_backoff().build().unwrap()
+    /// })
+    /// .build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer)
+    ///     .policy(RateLimitPolicy::new("default", 10, Duration::from_secs(60))?)
+    ///     .headers_on_success();
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(()))
+    /// }));
+    /// let response = service.ready().await?.call(Request::new(())).await?;
+    /// assert_eq!(response.headers()["ratelimit"], "\"default\";r=9;t=60");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn headers_on_success(mut self) -> Self {
+        self.advertise = Arc::new(Advertise {
+            policy: self.advertise.policy.clone(),
+            on_success: true,
+        });
+        self
+    }
+
+    /// The keyed limiter, for handles to keys' limiters.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tower_limits::http::TooManyRequestsLayer;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| ConcurrencyLimiter::new(4).unwrap()).build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer);
+    /// assert!(layer.keyed().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keyed(&self) -> &KeyedLimiter<K, L> {
+        &self.keyed
+    }
+}
+
+impl<K, L, X> Clone for TooManyRequestsLayer<K, L, X> {
+    fn clone(&self) -> Self {
+        Self {
+            keyed: self.keyed.clone(),
+            key_of: Arc::clone(&self.key_of),
+            advertise: Arc::clone(&self.advertise),
+        }
+    }
+}
+
+impl<K, L, X> fmt::Debug for TooManyRequestsLayer<K, L, X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TooManyRequestsLayer")
+            .field("keyed", &self.keyed)
+            .field("advertise", &self.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, L, X> Layer<S> for TooManyRequestsLayer<K, L, X> {
+    type Service = TooManyRequests<S, K, L, X>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        TooManyRequests {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// A service that answers over-limit requests with 429; built by
+/// [`TooManyRequestsLayer`], which has an example.
+pub struct TooManyRequests<S, K, L, X = PeerKey> {
+    inner: S,
+    layer: TooManyRequestsLayer<K, L, X>,
+}
+
+impl<S: Clone, K, L, X> Clone for TooManyRequests<S, K, L, X> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, L, X> fmt::Debug for TooManyRequests<S, K, L, X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TooManyRequests")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, K, L, X, ReqB, ResB> Service<Request<ReqB>> for TooManyRequests<S, K, L, X>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqB: Send + 'static,
+    ResB: Send + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Clone,
+    X: KeyOf<K>,
+{
+    type Response = Response<LimitBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let (head, body) = request.into_parts();
+        let key = self.layer.key_of.key_of(&head);
+        let grpc = is_grpc(&head.headers);
+        let request = Request::from_parts(head, body);
+        // The ready service goes into the future; this one takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let keyed = self.layer.keyed.clone();
+        let advertise = Arc::clone(&self.layer.advertise);
+        let admission = keyed.try_acquire(&key);
+        let future = async move {
+            let permit = match admission.await {
+                Ok(Admission::Granted(permit)) => permit,
+                Ok(Admission::Denied(denial)) => {
+                    let wait = denial.retry_at().map_or(UNKNOWN_WAIT, |at| {
+                        at.saturating_duration_since(Instant::now())
+                    });
+                    return Ok(advertise.rejection(wait, grpc));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "limiter failed: answering 503");
+                    return Ok(unavailable(grpc));
+                }
+            };
+            let headers = advertise.on_admission(&keyed.limiter(&key)).await;
+            let mut response = inner.call(request).await?;
+            response.headers_mut().extend(headers);
+            Ok(response.map(|body| LimitBody::new(body, permit)))
+        };
+        ResponseFuture {
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl Advertise {
+    /// The answer to a request denied for `wait`.
+    fn rejection<B>(&self, wait: Duration, grpc: bool) -> Response<LimitBody<B>> {
+        let wait = wait.max(Duration::from_nanos(1)); // a denial is never "now"
+        let retry_after = RetryAfter::header_value(wait);
+        let message = format!(
+            "rate limited: retry after {} s",
+            retry_after.to_str().unwrap_or("1")
+        );
+        let mut response = Response::new(LimitBody::empty());
+        response.headers_mut().insert(RETRY_AFTER, retry_after);
+        response.headers_mut().extend(self.headers(0, Some(wait)));
+        if grpc {
+            grpc_status(&mut response, GRPC_RESOURCE_EXHAUSTED, &message);
+        } else {
+            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        }
+        response
+    }
+
+    /// The headers of an admitted response, if asked for.
+    async fn on_admission<L: Limiter>(&self, limiter: &L) -> HeaderMap {
+        let Some(policy) = self.policy.as_ref().filter(|_| self.on_success) else {
+            return HeaderMap::new();
+        };
+        let (remaining, reset) = snapshot(limiter, policy.quota()).await;
+        self.headers(remaining, reset)
+    }
+
+    /// `RateLimit` and `RateLimit-Policy` for a key with `remaining` units
+    /// left, resetting after `reset`; empty without a policy.
+    fn headers(&self, remaining: u64, reset: Option<Duration>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let Some(policy) = &self.policy else {
+            return headers;
+        };
+        let status = RateLimitStatus::new(policy.name(), remaining, reset);
+        let fields = [
+            (RATELIMIT, RateLimitStatus::header_value(&[status])),
+            (
+                RATELIMIT_POLICY,
+                RateLimitPolicy::header_value(std::slice::from_ref(policy)),
+            ),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+        headers
+    }
+}
+
+/// How many more units `limiter` would admit now (at most `quota`), and how
+/// long until it would admit a whole quota: a binary search with
+/// [`Limiter::peek`], which records nothing.
+async fn snapshot<L: Limiter>(limiter: &L, quota: u64) -> (u64, Option<Duration>) {
+    let quota = u32::try_from(quota).unwrap_or(u32::MAX);
+    let admits = |cost| async move { matches!(limiter.peek(cost).await, Ok(None)) };
+    let (mut admitted, mut denied) = (0_u32, quota.saturating_add(1));
+    if admits(quota).await {
+        admitted = quota;
+    }
+    while denied - admitted > 1 {
+        let middle = admitted + (denied - admitted) / 2;
+        if admits(middle).await {
+            admitted = middle;
+        } else {
+            denied = middle;
+        }
+    }
+    let reset = match limiter.peek(quota).await {
+        Ok(None) => Some(Duration::ZERO),
+        Ok(Some(denial)) => denial
+            .retry_at()
+            .map(|at| at.saturating_duration_since(Instant::now())),
+        Err(_) => None,
+    };
+    (u64::from(admitted), reset)
+}
+
+/// Whether the request is a gRPC call.
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The answer when the limiter failed.
+fn unavailable<B>(grpc: bool) -> Response<LimitBody<B>> {
+    let mut response = Response::new(LimitBody::empty());
+    if grpc {
+        grpc_status(&mut response, GRPC_UNAVAILABLE, "rate limiter unavailable");
+    } else {
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response
+}
+
+/// Makes `response` a trailers-only gRPC answer with `status`.
+fn grpc_status<B>(response: &mut Response<B>, status: &'static str, message: &str) {
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from_static(status));
+    if let Ok(message) = HeaderValue::try_from(message) {
+        headers.insert("grpc-message", message);
+    }
+}
+
+/// The response future of [`TooManyRequests`]: admission, then the call.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use http::{Request, Response};
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_limits::http::{server::ResponseFuture, TooManyRequestsLayer};
+/// use tower_limits::{KeyedLimiter, NullLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), std::convert::Infallible> {
+/// let per_peer = KeyedLimiter::builder(|_: &IpAddr| NullLimiter).build().unwrap();
+/// let mut service = TooManyRequestsLayer::new(per_peer)
+///     .layer(service_fn(|_: Request<()>| async {
+///         Ok::<_, std::convert::Infallible>(Response::new(()))
+///     }));
+/// let future: ResponseFuture<(), _> = service.ready().await?.call(Request::new(()));
+/// assert!(future.await?.status().is_success());
+/// # Ok(())
+/// # }
+/// ```
+pub struct ResponseFuture<B, E> {
+    future: BoxedResponse<B, E>,
+}
+
+/// The boxed admission-then-call of [`ResponseFuture`].
+type BoxedResponse<B, E> = Pin<Box<dyn Future<Output = Result<Response<LimitBody<B>>, E>> + Send>>;
+
+impl<B, E> Future for ResponseFuture<B, E> {
+    type Output = Result<Response<LimitBody<B>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,309 @@
+//! [`SharedLimiter`]: a [`Quota`] decided in a [`QuotaStore`], so that every
+//! process using the same store and name shares one limit.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::error::{CostTooHigh, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
+use crate::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
+
+/// A GCRA, token bucket, fixed window or sliding window counter limit kept
+/// in a store: the limit holds across every limiter with the same name on
+/// the same store, in this process or another.
+///
+/// Each admission is one atomic [`QuotaStore::decide`] (one Lua script in
+/// Redis). A denied caller waits for the instant the store named, or until
+/// a refund in this process gives units back. Clones share the limiter.
+///
+/// On a [`MemoryStore`] it behaves as the in-memory limiter of its quota;
+/// with [`RedisStore`](crate::store::RedisStore) (feature `redis`) it is
+/// shared by processes. Wrap it in a [`Failover`](crate::Failover) to choose
+/// what happens while the store is down.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::{MemoryStore, Quota};
+/// use tower_limits::{Limiter, LimiterExt, SharedLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// let quota = Quota::token_bucket(2, 1, Duration::from_secs(1))?;
+/// let worker_a = SharedLimiter::new(store.clone(), "search-api", quota);
+/// let worker_b = SharedLimiter::new(store, "search-api", quota);
+///
+/// drop(worker_a.acquire_many(2).await?); // empties the shared bucket
+/// assert!(!worker_b.can_proceed().await?);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedLimiter<S: QuotaStore = MemoryStore> {
+    shared: Arc<Shared<S>>,
+}
+
+struct Shared<S: QuotaStore> {
+    name: String,
+    quota: Quota,
+    store: S,
+    key: S::QuotaKey,
+    /// Fired when a refund or `clear` in this process gives units back.
+    released: ReleaseEvent,
+}
+
+impl<S: QuotaStore> SharedLimiter<S> {
+    /// A limiter enforcing `quota` under `name` in `store`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota};
+    /// use tower_limits::SharedLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
+    /// let limiter = SharedLimiter::new(MemoryStore::new(), "geocoder", quota);
+    /// assert_eq!(limiter.name(), "geocoder");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(store: S, name: impl Into<String>, quota: Quota) -> Self {
+        let name = name.into();
+        let key = store.quota_key(&name);
+        Self {
+            shared: Arc::new(Shared {
+                name,
+                quota,
+                store,
+                key,
+                released: ReleaseEvent::new(),
+            }),
+        }
+    }
+
+    /// The name the limit is shared under.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota};
+    /// use tower_limits::SharedLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::fixed_window(10, Duration::from_secs(1))?;
+    /// assert_eq!(SharedLimiter::new(MemoryStore::new(), "a", quota).name(), "a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The quota it enforces.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota};
+    /// use tower_limits::SharedLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::fixed_window(10, Duration::from_secs(1))?;
+    /// assert_eq!(SharedLimiter::new(MemoryStore::new(), "a", quota).quota(), quota);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.shared.quota
+    }
+
+    /// The store it decides in.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    /// use tower_limits::{Limiter, SharedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let quota = Quota::gcra(1, Duration::from_secs(60))?;
+    /// let limiter = SharedLimiter::new(MemoryStore::new(), "a", quota);
+    /// limiter.record_start().await?;
+    /// let store = limiter.store();
+    /// assert!(store.look(&store.quota_key("a"), &quota, 1).await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+}
+
+impl<S: QuotaStore> Shared<S> {
+    fn check(&self, cost: u32) -> Result<(), LimiterError> {
+        CostTooHigh::check(cost, self.quota.capacity() as usize)
+    }
+
+    /// Adjusts a grant now if the store answers at once, else in a task.
+    /// Gives the grant's new ticket when known.
+    fn adjust(self: &Arc<Self>, ticket: u64, from: u32, to: u32) -> Option<u64> {
+        let adjusting = self.store.adjust(&self.key, &self.quota, ticket, from, to);
+        match adjusting.into_ready() {
+            Ok(result) => self.adjusted(result).flatten(),
+            Err(_unpolled) => {
+                let shared = Arc::clone(self);
+                spawn_or_warn(&self.name, "adjust a grant", async move {
+                    let result = shared
+                        .store
+                        .adjust(&shared.key, &shared.quota, ticket, from, to);
+                    shared.adjusted(result.await);
+                });
+                None
+            }
+        }
+    }
+
+    fn adjusted(&self, result: Result<Option<u64>, LimiterError>) -> Option<Option<u64>> {
+        match result {
+            Ok(ticket) => {
+                self.released.notify();
+                Some(ticket)
+            }
+            Err(error) => {
+                tracing::warn!(limiter = %self.name, %error, "could not adjust a grant");
+                None
+            }
+        }
+    }
+}
+
+/// Runs `task` on the current tokio runtime; without one, logs that `what`
+/// could not be done for the limiter `name` (a permit dropped outside a
+/// runtime).
+pub(super) fn spawn_or_warn(
+    name: &str,
+    what: &'static str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(task)),
+        Err(_) => tracing::warn!(limiter = %name, "no tokio runtime to {what} in the store"),
+    }
+}
+
+impl<S: QuotaStore> Clone for SharedLimiter<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: QuotaStore> Limiter for SharedLimiter<S> {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let shared = &*self.shared;
+        if let Err(error) = shared.check(cost) {
+            return LimiterFuture::ready(Err(error));
+        }
+        // Listen before deciding, so a refund in between is not missed.
+        let listener = shared.released.listen();
+        LimiterFuture::new(async move {
+            Ok(
+                match shared
+                    .store
+                    .decide(&shared.key, &shared.quota, cost)
+                    .await?
+                {
+                    WindowDecision::Granted { ticket } => {
+                        Admission::Granted(Permit::with_token(ticket).with_cost(cost))
+                    }
+                    WindowDecision::Denied { retry_at } => {
+                        Admission::Denied(Denial::until(retry_at).or_released(listener))
+                    }
+                },
+            )
+        })
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            Ok(shared
+                .store
+                .look(&shared.key, &shared.quota, 1)
+                .await?
+                .is_none())
+        })
+    }
+
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            shared.check(cost)?;
+            let blocked = shared.store.look(&shared.key, &shared.quota, cost).await?;
+            Ok(blocked.map(Denial::until))
+        })
+    }
+
+    /// Takes one unit even if the quota has none.
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.shared.store.take(&self.shared.key, &self.shared.quota)
+    }
+
+    /// Nothing to do: only starts count.
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            let now = Instant::now();
+            let blocked = shared.store.look(&shared.key, &shared.quota, 1).await?;
+            Ok(blocked.map_or(now, |at| at.max(now)))
+        })
+    }
+
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.shared
+            .store
+            .pause(&self.shared.key, &self.shared.quota, at)
+    }
+
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            shared.store.reset(&shared.key, &shared.quota).await?;
+            shared.released.notify();
+            Ok(())
+        })
+    }
+
+    /// Gives the units back where the quota's algorithm allows (a GCRA
+    /// grant only if nothing was taken since); in a task if the store is
+    /// remote.
+    fn refund(&self, permit: Permit) {
+        if let (Some(ticket), cost) = permit.disarm() {
+            self.shared.adjust(ticket, cost, 0);
+        }
+    }
+
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        let (Some(ticket), from) = (permit.token(), permit.cost()) else {
+            return;
+        };
+        if from != actual {
+            let ticket = self.shared.adjust(ticket, from, actual);
+            permit.settled(actual, ticket);
+        }
+    }
+}
+
+impl<S: QuotaStore + fmt::Debug> fmt::Debug for SharedLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedLimiter")
+            .field("name", &self.shared.name)
+            .field("quota", &self.shared.quota)
+            .field("store", &self.shared.store)
+            .finish()
+    }
+}

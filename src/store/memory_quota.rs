@@ -1,0 +1,159 @@
+//! [`QuotaStore`] for [`MemoryStore`]: each named quota is decided by the
+//! in-memory limiter of its algorithm, so the memory store behaves exactly
+//! as [`GcraLimiter`](crate::GcraLimiter),
+//! [`FixedWindowLimiter`](crate::FixedWindowLimiter) (aligned to Unix time)
+//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter)
+//! do, and the conformance suite holds the other stores to that behaviour.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::time::Instant;
+
+use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
+use crate::error::LimiterError;
+use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
+
+/// A named quota in a [`MemoryStore`], made by [`QuotaStore::quota_key`].
+/// Keys for the same name refer to the same state.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::{MemoryQuotaKey, MemoryStore, Quota, QuotaStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// let quota = Quota::gcra(1, Duration::from_secs(60))?;
+/// let first: MemoryQuotaKey = store.quota_key("api");
+/// store.take(&first, &quota).await?;
+/// assert!(store.look(&store.quota_key("api"), &quota, 1).await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryQuotaKey(Arc<Mutex<Option<QuotaState>>>);
+
+/// The limiter deciding a key, and the quota it was built for.
+struct QuotaState {
+    quota: Quota,
+    limiter: Arc<dyn Limiter>,
+}
+
+impl fmt::Debug for MemoryQuotaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MemoryQuotaKey")
+    }
+}
+
+impl MemoryStore {
+    /// The limiter of `key` for `quota`; a new one (full capacity) the first
+    /// time, or when the quota changed.
+    fn limiter(&self, key: &MemoryQuotaKey, quota: &Quota) -> Arc<dyn Limiter> {
+        let mut state = key.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*state {
+            Some(current) if current.quota == *quota => Arc::clone(&current.limiter),
+            _ => {
+                let limiter = quota.memory_limiter(self.clock().clone());
+                let quota = *quota;
+                *state = Some(QuotaState {
+                    quota,
+                    limiter: Arc::clone(&limiter),
+                });
+                limiter
+            }
+        }
+    }
+}
+
+/// The answer of an in-memory limiter, which is always ready.
+fn now_or_error<T>(future: LimiterFuture<'_, Result<T, LimiterError>>) -> Result<T, LimiterError> {
+    future.into_ready().unwrap_or_else(|_| {
+        Err(LimiterError::new(
+            "an in-memory limiter answered asynchronously",
+        ))
+    })
+}
+
+impl QuotaStore for MemoryStore {
+    type QuotaKey = MemoryQuotaKey;
+
+    fn quota_key(&self, name: &str) -> MemoryQuotaKey {
+        self.quota_state(name)
+    }
+
+    fn decide<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        let limiter = self.limiter(key, quota);
+        let decision = now_or_error(limiter.try_acquire_many(cost)).and_then(|admission| {
+            Ok(match admission {
+                Admission::Granted(permit) => WindowDecision::Granted {
+                    ticket: permit
+                        .token()
+                        .ok_or_else(|| LimiterError::new("a grant without a ticket"))?,
+                },
+                Admission::Denied(denial) => WindowDecision::Denied {
+                    retry_at: denial.retry_at().unwrap_or_else(Instant::now),
+                },
+            })
+        });
+        LimiterFuture::ready(decision)
+    }
+
+    fn look<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        let denial = now_or_error(self.limiter(key, quota).peek(cost));
+        LimiterFuture::ready(
+            denial
+                .map(|denial| denial.map(|denial| denial.retry_at().unwrap_or_else(Instant::now))),
+        )
+    }
+
+    fn take<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::ready(now_or_error(self.limiter(key, quota).record_start()))
+    }
+
+    fn adjust<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+        ticket: u64,
+        from: u32,
+        to: u32,
+    ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
+        let limiter = self.limiter(key, quota);
+        let mut permit = Permit::with_token(ticket).with_cost(from);
+        limiter.settle(&mut permit, to);
+        LimiterFuture::ready(Ok(permit.token()))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+        at: Instant,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        let limiter = self.limiter(key, quota);
+        LimiterFuture::ready(now_or_error(limiter.set_next_available_time(at)))
+    }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::ready(now_or_error(self.limiter(key, quota).clear()))
+    }
+}

@@ -1,0 +1,461 @@
+//! [`Quota`] and [`QuotaStore`]: GCRA, token bucket, fixed window and sliding
+//! window counter, decided atomically in a store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::WindowDecision;
+use crate::clock::Clock;
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Limiter, LimiterFuture};
+use crate::limiters::{
+    FixedWindowLimiter, GcraLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+};
+
+/// The rules of a quota decided in a store: which algorithm, and its limits.
+///
+/// Each constructor validates like the in-memory limiter of the same
+/// algorithm (it builds one), so a quota that exists is one a store can
+/// enforce. GCRA and the token bucket are the same algorithm configured two
+/// ways (see [`GcraLimiter`]): they share one store script.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::Quota;
+///
+/// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+/// let gcra = Quota::gcra(100, Duration::from_secs(1))?.with_burst(10)?;
+/// assert_eq!(gcra.capacity(), 10);
+/// let bucket = Quota::token_bucket(50, 10, Duration::from_secs(1))?;
+/// assert_eq!(bucket.capacity(), 50);
+/// let fixed = Quota::fixed_window(1_000, Duration::from_secs(60))?;
+/// assert_eq!(fixed.capacity(), 1_000);
+/// assert!(Quota::sliding_window_counter(0, Duration::from_secs(1)).is_err());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    kind: QuotaKind,
+}
+
+/// A quota's algorithm and limits, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QuotaKind {
+    /// GCRA (and token bucket): one cell every `interval`, `burst` at once.
+    Cells { interval: Duration, burst: u32 },
+    /// At most `max` per calendar window of `window`, aligned to Unix time.
+    FixedWindow { max: u32, window: Duration },
+    /// The weighted blend of this window's and the last one's counts.
+    SlidingWindowCounter { max: u32, window: Duration },
+}
+
+impl Quota {
+    /// GCRA: `count` calls per `period`, evenly spaced, one at a time (raise
+    /// the burst with [`with_burst`](Quota::with_burst)). As [`GcraLimiter::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::gcra(10, Duration::from_secs(1))?;
+    /// assert_eq!(quota.capacity(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn gcra(count: u64, period: Duration) -> Result<Self, ConfigError> {
+        Ok(Self::cells(&GcraLimiter::new(count, period)?))
+    }
+
+    /// A token bucket holding up to `capacity` tokens, refilled with
+    /// `refill` tokens per `period`. As [`TokenBucketLimiter::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::token_bucket(20, 5, Duration::from_secs(1))?;
+    /// assert_eq!(quota.capacity(), 20);
+    /// assert!(Quota::token_bucket(0, 5, Duration::from_secs(1)).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn token_bucket(capacity: u32, refill: u64, period: Duration) -> Result<Self, ConfigError> {
+        let bucket = TokenBucketLimiter::new(capacity, refill, period)?;
+        Ok(Self {
+            kind: QuotaKind::Cells {
+                interval: bucket.refill_interval(),
+                burst: bucket.capacity(),
+            },
+        })
+    }
+
+    /// At most `max_executions` per calendar window of `window`, windows
+    /// aligned to Unix time (twice the limit can pass around a boundary). As
+    /// [`FixedWindowLimiter::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::fixed_window(100, Duration::from_secs(60))?;
+    /// assert_eq!(quota.capacity(), 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fixed_window(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
+        FixedWindowLimiter::new(max_executions, window)?;
+        Ok(Self {
+            kind: QuotaKind::FixedWindow {
+                max: max_executions,
+                window,
+            },
+        })
+    }
+
+    /// At most about `max_executions` per sliding `window`, estimated from
+    /// two window counters. As [`SlidingWindowCounterLimiter::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::sliding_window_counter(100, Duration::from_secs(60))?;
+    /// assert_eq!(quota.capacity(), 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sliding_window_counter(
+        max_executions: u32,
+        window: Duration,
+    ) -> Result<Self, ConfigError> {
+        SlidingWindowCounterLimiter::new(max_executions, window)?;
+        Ok(Self {
+            kind: QuotaKind::SlidingWindowCounter {
+                max: max_executions,
+                window,
+            },
+        })
+    }
+
+    /// The same GCRA rate with `burst` calls at once. Only GCRA and token
+    /// bucket quotas have a burst; others give a [`ConfigError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::gcra(10, Duration::from_secs(1))?.with_burst(5)?;
+    /// assert_eq!(quota.capacity(), 5);
+    /// let window = Quota::fixed_window(10, Duration::from_secs(1))?;
+    /// assert_eq!(window.with_burst(5).unwrap_err().field(), "burst");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_burst(self, burst: u32) -> Result<Self, ConfigError> {
+        let QuotaKind::Cells { interval, .. } = self.kind else {
+            return Err(ConfigError::new(
+                "burst",
+                burst,
+                "applies only to GCRA and token bucket quotas",
+            ));
+        };
+        let gcra = GcraLimiter::new(1, interval)?.with_burst(burst)?;
+        Ok(Self::cells(&gcra))
+    }
+
+    fn cells(gcra: &GcraLimiter) -> Self {
+        Self {
+            kind: QuotaKind::Cells {
+                interval: gcra.interval(),
+                burst: gcra.burst(),
+            },
+        }
+    }
+
+    /// The most one call may cost: the burst, or the window's limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// assert_eq!(Quota::sliding_window_counter(7, Duration::from_secs(1))?.capacity(), 7);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        match self.kind {
+            QuotaKind::Cells { burst, .. } => burst,
+            QuotaKind::FixedWindow { max, .. } | QuotaKind::SlidingWindowCounter { max, .. } => max,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> QuotaKind {
+        self.kind
+    }
+
+    /// The in-memory limiter that enforces this quota, reading `clock`.
+    pub(crate) fn memory_limiter(&self, clock: Clock) -> Arc<dyn Limiter> {
+        // Every quota was validated by building the same limiter.
+        let invalid = |error: ConfigError| -> Arc<dyn Limiter> {
+            unreachable!("a validated quota builds its limiter: {error}")
+        };
+        match self.kind {
+            QuotaKind::Cells { interval, burst } => GcraLimiter::new(1, interval)
+                .and_then(|gcra| gcra.with_burst(burst))
+                .map_or_else(invalid, |gcra| Arc::new(gcra.with_clock(clock))),
+            QuotaKind::FixedWindow { max, window } => FixedWindowLimiter::new(max, window)
+                .map_or_else(invalid, |fixed| {
+                    Arc::new(fixed.with_clock(clock).aligned_to_unix_time())
+                }),
+            QuotaKind::SlidingWindowCounter { max, window } => {
+                SlidingWindowCounterLimiter::new(max, window)
+                    .map_or_else(invalid, |sliding| Arc::new(sliding.with_clock(clock)))
+            }
+        }
+    }
+}
+
+/// A store that decides [`Quota`]s atomically: the backing state of a
+/// [`SharedLimiter`](crate::SharedLimiter).
+///
+/// Every method acts on one key (a named quota) in one atomic step, and its
+/// future does nothing until polled. Tickets are opaque: what a grant
+/// returns is what [`adjust`](QuotaStore::adjust) takes back. Limiters with
+/// the same name on one store must use the same quota.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// let quota = Quota::fixed_window(2, Duration::from_secs(60))?;
+/// let key = store.quota_key("exports");
+///
+/// let WindowDecision::Granted { ticket } = store.decide(&key, &quota, 2).await? else {
+///     unreachable!("the window is empty");
+/// };
+/// assert!(store.look(&key, &quota, 1).await?.is_some()); // full
+/// store.adjust(&key, &quota, ticket, 2, 0).await?; // refund both
+/// assert_eq!(store.look(&key, &quota, 2).await?, None);
+/// # Ok(())
+/// # }
+/// ```
+pub trait QuotaStore: Send + Sync + 'static {
+    /// A key prepared for this store, made once per limiter by
+    /// [`quota_key`](QuotaStore::quota_key).
+    ///
+    /// ```
+    /// use tower_limits::store::{MemoryStore, QuotaStore};
+    ///
+    /// fn keys<S: QuotaStore>(store: &S, names: &[&str]) -> Vec<S::QuotaKey> {
+    ///     names.iter().map(|name| store.quota_key(name)).collect()
+    /// }
+    /// assert_eq!(keys(&MemoryStore::new(), &["a", "b"]).len(), 2);
+    /// ```
+    type QuotaKey: Send + Sync + 'static;
+
+    /// Prepares the key of the quota called `name`. Keys for one name on one
+    /// store share one state.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::gcra(1, Duration::from_secs(60))?;
+    /// store.take(&store.quota_key("geocoder"), &quota).await?;
+    /// assert!(store.look(&store.quota_key("geocoder"), &quota, 1).await?.is_some());
+    /// assert!(store.look(&store.quota_key("other"), &quota, 1).await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn quota_key(&self, name: &str) -> Self::QuotaKey;
+
+    /// Creates what the store needs for quotas (tables, scripts). Idempotent;
+    /// run it once at start-up. The default needs nothing.
+    ///
+    /// ```
+    /// use tower_limits::store::{MemoryStore, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {
+    /// MemoryStore::new().prepare_quotas().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn prepare_quotas(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// The atomic decision: takes `cost` units and answers
+    /// [`Granted`](WindowDecision::Granted) with a ticket, or takes nothing
+    /// and answers [`Denied`](WindowDecision::Denied) with the instant it
+    /// would be granted (a pause in force included). The caller checks that
+    /// `cost` is at most [`Quota::capacity`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::gcra(1, Duration::from_secs(2))?;
+    /// let key = store.quota_key("api");
+    /// let start = Instant::now();
+    /// assert!(matches!(store.decide(&key, &quota, 1).await?, WindowDecision::Granted { .. }));
+    /// let retry_at = start + Duration::from_secs(2);
+    /// assert_eq!(store.decide(&key, &quota, 1).await?, WindowDecision::Denied { retry_at });
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn decide<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
+
+    /// The atomic peek: `None` if [`decide`](QuotaStore::decide) would grant
+    /// `cost` now, else the instant it names. Takes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::token_bucket(3, 1, Duration::from_secs(1))?;
+    /// let key = store.quota_key("api");
+    /// assert_eq!(store.look(&key, &quota, 3).await?, None);
+    /// assert_eq!(store.look(&key, &quota, 3).await?, None); // looking took nothing
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn look<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
+
+    /// Takes one unit whether or not the quota has room (the seed's
+    /// `record_start`): a start nobody admitted still counts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::fixed_window(1, Duration::from_secs(60))?;
+    /// let key = store.quota_key("api");
+    /// store.take(&key, &quota).await?;
+    /// store.take(&key, &quota).await?; // over the limit, still counted
+    /// assert!(store.look(&key, &quota, 1).await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn take<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>>;
+
+    /// Turns the `from` units granted with `ticket` into `to`: a refund
+    /// (`to` = 0) or a settled cost. Units come back only where the
+    /// algorithm allows (a GCRA grant only if nothing was taken since);
+    /// extra units are always charged. Answers the ticket that now stands for
+    /// the grant, or `None` if it can no longer be adjusted down.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::sliding_window_counter(10, Duration::from_secs(60))?;
+    /// let key = store.quota_key("llm");
+    /// let WindowDecision::Granted { ticket } = store.decide(&key, &quota, 8).await? else {
+    ///     unreachable!()
+    /// };
+    /// store.adjust(&key, &quota, ticket, 8, 3).await?; // used 3 of the 8
+    /// assert_eq!(store.look(&key, &quota, 7).await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn adjust<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+        ticket: u64,
+        from: u32,
+        to: u32,
+    ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>>;
+
+    /// Nothing is granted before `at` (an upstream's `Retry-After`); never
+    /// shortens a pause in force.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
+    /// let key = store.quota_key("api");
+    /// let resume = Instant::now() + Duration::from_secs(30);
+    /// store.pause(&key, &quota, resume).await?;
+    /// assert_eq!(store.look(&key, &quota, 1).await?, Some(resume));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn pause<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+        at: Instant,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>>;
+
+    /// Forgets the state of `key`: full capacity, no pause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::gcra(1, Duration::from_secs(60))?;
+    /// let key = store.quota_key("api");
+    /// store.take(&key, &quota).await?;
+    /// store.reset(&key, &quota).await?;
+    /// assert_eq!(store.look(&key, &quota, 1).await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn reset<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>>;
+}

@@ -1,0 +1,67 @@
+-- GCRA, which is also the token bucket: the same rules as the in-memory
+-- Cells (see src/limiters/cell.rs), on the server's clock.
+--
+-- KEYS[1]  hash: tat (theoretical arrival time, µs), nb (no grant before,
+--          µs), gen (bumped on every change of tat: a grant's ticket)
+-- ARGV     op, interval T (µs, fractional), burst B, then the op's arguments
+-- Returns  an array of integers; times are durations from now (µs).
+local key = KEYS[1]
+local op = ARGV[1]
+local interval, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local span = interval * burst
+local stored = redis.call('HMGET', key, 'tat', 'nb', 'gen')
+local tat, nb, gen = tonumber(stored[1]) or 0, tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+
+-- The GCRA test: the TAT a grant of `cost` leaves, or when it would conform.
+local function judge(cost)
+  local weight = interval * cost
+  local ready = math.max(tat + weight - span, nb)
+  if ready > now then return false, ready end
+  return true, math.max(tat, now) + weight
+end
+
+local function expire()
+  local ttl = math.max(tat, nb) - now
+  redis.call('PEXPIRE', key, math.ceil(math.max(ttl, 0) / 1000) + 1000)
+end
+
+local function save(new_tat)
+  tat = math.max(new_tat, 0)
+  gen = gen + 1
+  redis.call('HSET', key, 'tat', tat, 'gen', gen)
+  expire()
+end
+
+if op == 'acquire' or op == 'peek' then
+  local conforms, at = judge(tonumber(ARGV[4]))
+  if not conforms then return {0, math.ceil(at - now)} end
+  if op == 'peek' then return {1, 0} end
+  save(at)
+  return {1, gen}
+elseif op == 'take' then
+  save(math.max(tat, now) + interval)
+  return {1, gen}
+elseif op == 'adjust' then
+  local ticket, from, to = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local matched = gen == ticket
+  if to < from then
+    -- Give back only if nothing moved the TAT since the grant.
+    if not matched then return {0} end
+    save(tat - interval * (from - to))
+  else
+    save(tat + interval * (to - from))
+    if not matched then return {0} end
+  end
+  return {1, gen}
+elseif op == 'pause' then
+  nb = math.max(nb, now + tonumber(ARGV[4]))
+  redis.call('HSET', key, 'nb', nb)
+  expire()
+  return {1}
+elseif op == 'reset' then
+  redis.call('DEL', key)
+  return {1}
+end
+return redis.error_reply('unknown GCRA operation ' .. tostring(op))

@@ -1,0 +1,114 @@
+//! [`LeaseStore`] for [`RedisStore`]: `leases.lua`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    RedisKey, RedisStore, args, decision, done, micros, micros_until, optional_instant, parsed,
+    unsigned,
+};
+use crate::error::LimiterError;
+use crate::limiter::LimiterFuture;
+use crate::store::{LeaseStore, WindowDecision};
+
+/// The names of the `cost` leases from `lease`, as the script stores them.
+fn names(lease: u64, cost: u32) -> impl Iterator<Item = String> {
+    (0..u64::from(cost)).map(move |k| lease.wrapping_add(k).to_string())
+}
+
+impl RedisStore {
+    /// Runs `op` of the lease script with `arguments`.
+    fn leases<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        op: &'static str,
+        arguments: Vec<String>,
+    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
+        LimiterFuture::new(async move {
+            let mut all = vec![op.to_owned()];
+            all.extend(arguments);
+            self.run(&self.inner.scripts.leases, &key.parts(), &all)
+                .await
+        })
+    }
+}
+
+impl LeaseStore for RedisStore {
+    type LeaseKey = RedisKey;
+
+    fn lease_key(&self, name: &str) -> RedisKey {
+        RedisKey::new(&self.base_key(name), &["leases", "pause"])
+    }
+
+    fn lease<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        max: u32,
+        ttl: Duration,
+        lease: u64,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        let mut arguments = args(&[&max, &micros(ttl), &cost]);
+        arguments.extend(names(lease, cost));
+        parsed(self.leases(key, "lease", arguments), move |reply| {
+            if reply == [1] {
+                return Ok(WindowDecision::Granted { ticket: lease });
+            }
+            decision(reply)
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        ttl: Duration,
+        leases: &'a [(u64, u32)],
+    ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
+        let mut arguments = args(&[&micros(ttl)]);
+        arguments.extend(leases.iter().flat_map(|&(lease, cost)| names(lease, cost)));
+        parsed(self.leases(key, "renew", arguments), |reply| {
+            Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        lease: u64,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        done(self.leases(key, "release", names(lease, cost).collect()))
+    }
+
+    fn leases_held<'a>(
+        &'a self,
+        key: &'a RedisKey,
+    ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
+        parsed(self.leases(key, "held", Vec::new()), |reply| {
+            Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn pause_leases<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        at: Instant,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        done(self.leases(key, "pause", args(&[&micros_until(at)])))
+    }
+
+    fn paused_until<'a>(
+        &'a self,
+        key: &'a RedisKey,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        parsed(self.leases(key, "paused", Vec::new()), optional_instant)
+    }
+
+    fn clear_leases<'a>(
+        &'a self,
+        key: &'a RedisKey,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        done(self.leases(key, "clear", Vec::new()))
+    }
+}

@@ -1,0 +1,420 @@
+//! The store conformance suite: the same assertions for every store.
+//!
+//! Each check takes a fresh store (made by the caller, with its own key
+//! prefix where the store has one) and runs on real time with short windows,
+//! since a server's clock cannot be paused. Timing assertions allow
+//! [`SLACK`] for a busy machine and a network round trip.
+//!
+//! `tests/store_conformance.rs` runs every check against every store with
+//! one macro call per store.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+use tower_limits::store::{LeaseStore, Quota, QuotaStore, RateLimiterStore, WindowDecision};
+use tower_limits::{Admission, LeasedConcurrencyLimiter, Limiter, RateLimiter, SharedLimiter};
+
+/// What every store implements.
+pub(crate) trait Store: RateLimiterStore + QuotaStore + LeaseStore + Clone {}
+impl<S: RateLimiterStore + QuotaStore + LeaseStore + Clone> Store for S {}
+
+/// Timing tolerance.
+pub(crate) const SLACK: Duration = Duration::from_millis(60);
+const WINDOW: Duration = Duration::from_millis(300);
+
+/// A name no other test or run uses.
+pub(crate) fn unique(what: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let seq = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{what}-{}-{nanos}-{seq}", std::process::id())
+}
+
+/// Sleeps until just after a boundary of `window` in Unix time, so a fixed
+/// window test does not straddle one.
+async fn after_boundary(window: Duration) {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let into = since % window.as_nanos();
+    let left = window.as_nanos() - into;
+    tokio::time::sleep(Duration::from_nanos(left as u64) + Duration::from_millis(5)).await;
+}
+
+/// The four quotas, each 3 per [`WINDOW`] with 3 at once.
+pub(crate) fn quotas() -> Vec<(&'static str, Quota)> {
+    let per_call = WINDOW / 3;
+    vec![
+        (
+            "gcra",
+            Quota::gcra(1, per_call).unwrap().with_burst(3).unwrap(),
+        ),
+        ("token_bucket", Quota::token_bucket(3, 3, WINDOW).unwrap()),
+        ("fixed_window", Quota::fixed_window(3, WINDOW).unwrap()),
+        (
+            "sliding_window_counter",
+            Quota::sliding_window_counter(3, WINDOW).unwrap(),
+        ),
+    ]
+}
+
+fn granted(decision: WindowDecision) -> u64 {
+    match decision {
+        WindowDecision::Granted { ticket } => ticket,
+        WindowDecision::Denied { retry_at } => panic!("denied until {retry_at:?}"),
+    }
+}
+
+fn denied(decision: WindowDecision) -> Instant {
+    match decision {
+        WindowDecision::Denied { retry_at } => retry_at,
+        WindowDecision::Granted { ticket } => panic!("granted with ticket {ticket}"),
+    }
+}
+
+fn assert_near(at: Instant, expected: Instant, what: &str) {
+    let early = expected.saturating_duration_since(at);
+    let late = at.saturating_duration_since(expected);
+    assert!(
+        early <= Duration::from_millis(2) && late <= SLACK,
+        "{what}: {at:?} is not within [-2ms, +{SLACK:?}] of {expected:?}"
+    );
+}
+
+/// Runs `check` on every quota, each under a name of its own.
+async fn each_quota<S, F, Fut>(store: &S, check: F)
+where
+    S: Store,
+    F: Fn(S, S::QuotaKey, Quota, &'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for (what, quota) in quotas() {
+        after_boundary(WINDOW).await;
+        let key = store.quota_key(&unique(what));
+        check(store.clone(), key, quota, what).await;
+    }
+}
+
+/// Grants the capacity at once, then denies until the instant it names,
+/// and grants again at that instant.
+pub(crate) async fn quota_grants_capacity_then_names_retry<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        let start = Instant::now();
+        for _ in 0..3 {
+            granted(store.decide(&key, &quota, 1).await.unwrap());
+        }
+        let retry_at = denied(store.decide(&key, &quota, 1).await.unwrap());
+        assert!(retry_at > Instant::now(), "{what}: retry in the future");
+        // The sliding window counter waits up to a third into the next
+        // window, for the full one to weigh little enough.
+        let latest = start + WINDOW * 4 / 3 + SLACK;
+        let after = retry_at - start;
+        assert!(
+            retry_at <= latest,
+            "{what}: retry {after:?} after the start"
+        );
+        tokio::time::sleep_until(retry_at).await;
+        granted(store.decide(&key, &quota, 1).await.unwrap());
+    })
+    .await;
+}
+
+/// A refund gives the units back; peeking takes nothing.
+pub(crate) async fn quota_refund_and_peek<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        assert_eq!(store.look(&key, &quota, 3).await.unwrap(), None, "{what}");
+        assert_eq!(
+            store.look(&key, &quota, 3).await.unwrap(),
+            None,
+            "{what}: peek took"
+        );
+        let ticket = granted(store.decide(&key, &quota, 3).await.unwrap());
+        assert!(
+            store.look(&key, &quota, 1).await.unwrap().is_some(),
+            "{what}: full"
+        );
+        store.adjust(&key, &quota, ticket, 3, 0).await.unwrap();
+        assert_eq!(
+            store.look(&key, &quota, 3).await.unwrap(),
+            None,
+            "{what}: refunded"
+        );
+        granted(store.decide(&key, &quota, 3).await.unwrap());
+    })
+    .await;
+}
+
+/// Settling to a higher cost charges the difference; to a lower one gives
+/// it back.
+pub(crate) async fn quota_settle<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        let ticket = granted(store.decide(&key, &quota, 1).await.unwrap());
+        let ticket = store.adjust(&key, &quota, ticket, 1, 3).await.unwrap();
+        assert!(
+            store.look(&key, &quota, 1).await.unwrap().is_some(),
+            "{what}: charged"
+        );
+        store
+            .adjust(&key, &quota, ticket.expect("still adjustable"), 3, 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.look(&key, &quota, 2).await.unwrap(),
+            None,
+            "{what}: given back"
+        );
+    })
+    .await;
+}
+
+/// A pause holds every quota until its end, and is never shortened.
+pub(crate) async fn quota_pause<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        let resume = Instant::now() + Duration::from_millis(200);
+        store.pause(&key, &quota, resume).await.unwrap();
+        store.pause(&key, &quota, Instant::now()).await.unwrap();
+        let retry_at = denied(store.decide(&key, &quota, 1).await.unwrap());
+        assert_near(retry_at, resume, what);
+        tokio::time::sleep_until(resume + Duration::from_millis(2)).await;
+        granted(store.decide(&key, &quota, 3).await.unwrap());
+    })
+    .await;
+}
+
+/// `take` counts past the limit; `reset` forgets everything.
+pub(crate) async fn quota_take_and_reset<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        for _ in 0..4 {
+            store.take(&key, &quota).await.unwrap();
+        }
+        assert!(
+            store.look(&key, &quota, 1).await.unwrap().is_some(),
+            "{what}: taken"
+        );
+        store
+            .pause(&key, &quota, Instant::now() + Duration::from_secs(60))
+            .await
+            .unwrap();
+        store.reset(&key, &quota).await.unwrap();
+        granted(store.decide(&key, &quota, 3).await.unwrap());
+    })
+    .await;
+}
+
+/// 40 concurrent decisions on a quota of 3: exactly 3 are granted.
+pub(crate) async fn quota_decisions_are_atomic<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        let key = std::sync::Arc::new(key);
+        let tasks: Vec<_> = (0..40)
+            .map(|_| {
+                let (store, key) = (store.clone(), std::sync::Arc::clone(&key));
+                tokio::spawn(async move { store.decide(&key, &quota, 1).await.unwrap() })
+            })
+            .collect();
+        let mut grants = 0;
+        for task in tasks {
+            grants += usize::from(matches!(
+                task.await.unwrap(),
+                WindowDecision::Granted { .. }
+            ));
+        }
+        assert_eq!(grants, 3, "{what}");
+    })
+    .await;
+}
+
+/// The shared limiter over the store: a limit for two handles, a cost above
+/// the capacity refused.
+pub(crate) async fn shared_limiter_shares_one_limit<S: Store>(store: S) {
+    let quota = Quota::token_bucket(2, 2, WINDOW).unwrap();
+    let name = unique("shared");
+    let a = SharedLimiter::new(store.clone(), name.clone(), quota);
+    let b = SharedLimiter::new(store, name, quota);
+    assert!(matches!(
+        a.try_acquire_many(2).await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert!(matches!(
+        b.try_acquire().await.unwrap(),
+        Admission::Denied(_)
+    ));
+    assert!(!b.can_proceed().await.unwrap());
+    assert!(
+        b.try_acquire_many(3).await.is_err(),
+        "a cost above the capacity"
+    );
+}
+
+fn window_limiter<S: Store>(store: S, name: &str, backoff: bool) -> RateLimiter<S> {
+    let builder = RateLimiter::builder(name, 3, WINDOW).store(store);
+    let builder = if backoff {
+        builder
+            .initial_backoff(Duration::from_millis(100))
+            .max_backoff(Duration::from_secs(1))
+    } else {
+        builder.without_backoff()
+    };
+    builder.build().unwrap()
+}
+
+/// The sliding log: the limit, the retry instant, counts and offsets.
+pub(crate) async fn sliding_log_limits_and_reports<S: Store>(store: S) {
+    let limiter = window_limiter(store.clone(), &unique("log"), false);
+    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let first = Instant::now();
+    granted(store.acquire(&key, policy, 2, 0.0).await.unwrap());
+    granted(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+    let retry_at = denied(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+    assert!(retry_at <= first + WINDOW + SLACK && retry_at >= first + WINDOW - SLACK);
+    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 3);
+    let oldest = store
+        .oldest_execution_at_offset(&key, WINDOW, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_near(oldest + SLACK, first + SLACK, "oldest start");
+    assert_eq!(
+        store
+            .oldest_execution_at_offset(&key, WINDOW, 3)
+            .await
+            .unwrap(),
+        None
+    );
+    tokio::time::sleep_until(retry_at).await;
+    granted(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+}
+
+/// Refund and settle on the sliding log; pause and clear.
+pub(crate) async fn sliding_log_refund_settle_pause_clear<S: Store>(store: S) {
+    let limiter = window_limiter(store.clone(), &unique("log"), false);
+    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let ticket = granted(store.acquire(&key, policy, 3, 0.0).await.unwrap());
+    store.refund(&key, policy, ticket, 2).await.unwrap();
+    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 1);
+    store.settle(&key, policy, ticket, 1, 3).await.unwrap();
+    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 3);
+    let resume = Instant::now() + Duration::from_secs(30);
+    store.set_next_available(&key, resume).await.unwrap();
+    store
+        .set_next_available(&key, Instant::now())
+        .await
+        .unwrap();
+    assert_near(
+        store.next_available(&key).await.unwrap().unwrap(),
+        resume,
+        "pause",
+    );
+    store.clear(&key).await.unwrap();
+    assert_eq!(store.next_available(&key).await.unwrap(), None);
+    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 0);
+    assert_eq!(store.peek(&key, policy, 3).await.unwrap(), None);
+}
+
+/// The seed's backoff: filling the window pauses for initial × 2, and a
+/// refund that unfills it undoes that backoff.
+pub(crate) async fn sliding_log_backoff<S: Store>(store: S) {
+    let limiter = window_limiter(store.clone(), &unique("backoff"), true);
+    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let start = Instant::now();
+    let ticket = granted(store.acquire(&key, policy, 3, 0.0).await.unwrap());
+    // max(now + 200 ms backoff, first start + 300 ms window).
+    let paused = store
+        .next_available(&key)
+        .await
+        .unwrap()
+        .expect("backing off");
+    assert_near(paused, start + WINDOW, "backoff or window");
+    store.record_execution(&key, policy, 0.0).await.unwrap(); // escalates to 400 ms
+    let escalated = store
+        .next_available(&key)
+        .await
+        .unwrap()
+        .expect("escalated");
+    assert_near(
+        escalated,
+        start + Duration::from_millis(400),
+        "escalated backoff",
+    );
+    store.refund(&key, policy, ticket, 3).await.unwrap();
+    assert!(
+        store
+            .next_available(&key)
+            .await
+            .unwrap()
+            .is_some_and(|at| at <= paused + SLACK)
+    );
+}
+
+/// Leases: the limit, release, expiry without renewal, renewal, pause.
+pub(crate) async fn leases_limit_expire_and_renew<S: Store>(store: S) {
+    let key = store.lease_key(&unique("leases"));
+    let ttl = Duration::from_millis(200);
+    granted(store.lease(&key, 3, ttl, 10, 2).await.unwrap());
+    granted(store.lease(&key, 3, ttl, 20, 1).await.unwrap());
+    let retry_at = denied(store.lease(&key, 3, ttl, 30, 1).await.unwrap());
+    assert!(
+        retry_at <= Instant::now() + ttl + SLACK,
+        "retry when a lease expires"
+    );
+    assert_eq!(store.leases_held(&key).await.unwrap(), 3);
+    store.release(&key, 20, 1).await.unwrap();
+    granted(store.lease(&key, 3, ttl, 30, 1).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(store.renew(&key, ttl, &[(10, 2)]).await.unwrap(), 2);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // Lease 30 expired unrenewed; leases 10 and 11 were renewed.
+    assert_eq!(store.leases_held(&key).await.unwrap(), 2);
+    assert_eq!(store.renew(&key, ttl, &[(30, 1)]).await.unwrap(), 0, "lost");
+    let resume = Instant::now() + Duration::from_secs(30);
+    store.pause_leases(&key, resume).await.unwrap();
+    assert_near(
+        store.paused_until(&key).await.unwrap().unwrap(),
+        resume,
+        "pause",
+    );
+    assert_near(
+        denied(store.lease(&key, 3, ttl, 40, 1).await.unwrap()),
+        resume,
+        "paused",
+    );
+    store.clear_leases(&key).await.unwrap();
+    assert_eq!(store.leases_held(&key).await.unwrap(), 0);
+    assert_eq!(store.paused_until(&key).await.unwrap(), None);
+}
+
+/// The leased limiter: permits hold leases, renewed while they run,
+/// released when dropped.
+pub(crate) async fn leased_limiter_renews_and_releases<S: Store>(store: S) {
+    let name = unique("leased");
+    let ttl = Duration::from_millis(150);
+    let limiter = LeasedConcurrencyLimiter::new(store.clone(), name.clone(), 2, ttl).unwrap();
+    let Admission::Granted(running) = limiter.try_acquire_many(2).await.unwrap() else {
+        panic!("two slots are free");
+    };
+    tokio::time::sleep(ttl * 3).await; // outlives the TTL: renewed meanwhile
+    let key = store.lease_key(&name);
+    assert_eq!(store.leases_held(&key).await.unwrap(), 2, "renewed");
+    assert!(matches!(
+        limiter.try_acquire().await.unwrap(),
+        Admission::Denied(_)
+    ));
+    drop(running);
+    let released = Instant::now() + Duration::from_secs(1);
+    while store.leases_held(&key).await.unwrap() > 0 {
+        assert!(
+            Instant::now() < released,
+            "the dropped permit's leases are released"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(matches!(
+        limiter.try_acquire_many(2).await.unwrap(),
+        Admission::Granted(_)
+    ));
+}

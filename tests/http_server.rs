@@ -1,0 +1,277 @@
+//! The server side: over-limit requests get 429 (gRPC: RESOURCE_EXHAUSTED)
+//! with correct headers at once, forged forwarded-for headers mint no new
+//! keys, and a streaming body keeps its slot until it ends.
+#![cfg(feature = "http")]
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Channel, Full};
+use tokio::sync::mpsc;
+use tower::{Layer, Service, ServiceExt, service_fn};
+use tower_limits::http::{
+    ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, RateLimitPolicy, TooManyRequestsLayer,
+    TrustedProxies,
+};
+use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, KeyedLimiter, RateLimiter};
+
+fn per_peer_rate(max: usize, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
+    KeyedLimiter::builder(move |peer: &IpAddr| {
+        RateLimiter::builder(peer.to_string(), max, window)
+            .without_backoff()
+            .build()
+            .expect("valid configuration")
+    })
+    .build()
+    .expect("valid configuration")
+}
+
+fn hello()
+-> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    service_fn(|_: Request<()>| async {
+        Ok(Response::new(Full::new(Bytes::from_static(b"hello"))))
+    })
+}
+
+fn from(peer: &str) -> Request<()> {
+    let mut request = Request::new(());
+    let peer: SocketAddr = peer.parse().expect("a socket address");
+    request.extensions_mut().insert(PeerAddr(peer));
+    request
+}
+
+/// One request through `service`, which never fails in these tests.
+async fn send<S, B>(service: &mut S, request: Request<()>) -> Response<B>
+where
+    S: Service<Request<()>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    service.ready().await.unwrap().call(request).await.unwrap()
+}
+
+fn with_header(mut request: Request<()>, name: &'static str, value: &str) -> Request<()> {
+    request
+        .headers_mut()
+        .insert(name, value.parse().expect("a header value"));
+    request
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
+    let policy = RateLimitPolicy::new("default", 2, Duration::from_secs(10)).unwrap();
+    let layer = TooManyRequestsLayer::new(per_peer_rate(2, Duration::from_secs(10)))
+        .policy(policy)
+        .headers_on_success();
+    let mut service = layer.layer(hello());
+
+    let first = send(&mut service, from("192.0.2.1:1000")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit"], "\"default\";r=1;t=10");
+    assert_eq!(first.headers()["ratelimit-policy"], "\"default\";q=2;w=10");
+    assert!(first.headers().get("retry-after").is_none());
+
+    tokio::time::advance(Duration::from_millis(3_500)).await;
+    let second = send(&mut service, from("192.0.2.1:1001")).await;
+    assert_eq!(second.headers()["ratelimit"], "\"default\";r=0;t=10");
+
+    tokio::time::advance(Duration::from_millis(1_000)).await;
+    let refused = send(&mut service, from("192.0.2.1:1002")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The first start leaves the window in 5.5 s: rounded up, never down.
+    assert_eq!(refused.headers()["retry-after"], "6");
+    assert_eq!(refused.headers()["ratelimit"], "\"default\";r=0;t=6");
+    assert_eq!(
+        refused.headers()["ratelimit-policy"],
+        "\"default\";q=2;w=10"
+    );
+    assert!(
+        refused
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .is_empty()
+    );
+
+    // Another peer has its own limit.
+    let other = send(&mut service, from("198.51.100.7:1000")).await;
+    assert_eq!(other.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sub_second_wait_is_advertised_as_one_second_not_zero() {
+    let mut service =
+        TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_millis(300))).layer(hello());
+    send(&mut service, from("192.0.2.1:1")).await;
+    let refused = send(&mut service, from("192.0.2.1:2")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_requests_get_resource_exhausted() {
+    let mut service =
+        TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_secs(30))).layer(hello());
+    let grpc = || {
+        with_header(
+            from("192.0.2.1:1"),
+            "content-type",
+            "application/grpc+proto",
+        )
+    };
+    send(&mut service, grpc()).await;
+    let refused = send(&mut service, grpc()).await;
+    assert_eq!(
+        refused.status(),
+        StatusCode::OK,
+        "gRPC errors travel in grpc-status"
+    );
+    assert_eq!(refused.headers()["grpc-status"], "8");
+    assert_eq!(refused.headers()["content-type"], "application/grpc");
+    assert_eq!(refused.headers()["retry-after"], "30");
+    assert!(
+        refused.headers()["grpc-message"]
+            .to_str()
+            .unwrap()
+            .contains("30")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn forwarded_for_from_an_untrusted_peer_mints_no_new_keys() {
+    let layer = TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_secs(60)));
+    let mut service = layer.layer(hello());
+    for spoof in ["1.1.1.1", "2.2.2.2", "3.3.3.3, 4.4.4.4"] {
+        let request = with_header(from("192.0.2.9:1"), "x-forwarded-for", spoof);
+        send(&mut service, request).await;
+        let request = with_header(from("192.0.2.9:1"), "forwarded", &format!("for={spoof}"));
+        send(&mut service, request).await;
+    }
+    assert_eq!(layer.keyed().len(), 1, "only the peer address is a key");
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_trusted_proxies_the_rightmost_untrusted_address_is_the_key() {
+    let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let key = PeerKey::behind_proxies(proxies, ForwardedHeader::XForwardedFor);
+    let layer = TooManyRequestsLayer::with_key(per_peer_rate(1, Duration::from_secs(60)), key);
+    let mut service = layer.layer(hello());
+
+    // The proxy appends the real client; whatever the client wrote is left of it.
+    let through_proxy = |forged: &str| {
+        let chain = format!("{forged}198.51.100.4, 10.0.0.3");
+        with_header(from("10.0.0.2:443"), "x-forwarded-for", &chain)
+    };
+    let first = send(&mut service, through_proxy("")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    for forged in [
+        "203.0.113.1, ",
+        "203.0.113.2, ",
+        "garbage, ",
+        "unknown, 203.0.113.3, ",
+    ] {
+        let response = send(&mut service, through_proxy(forged)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{forged:?} got a fresh key"
+        );
+    }
+    assert_eq!(layer.keyed().len(), 1);
+    assert!(
+        layer
+            .keyed()
+            .limiter(&"198.51.100.4".parse().unwrap())
+            .name()
+            .contains("198.51.100.4")
+    );
+
+    // A direct client (not a proxy) is keyed by its own address.
+    let direct = with_header(from("198.51.100.99:1"), "x-forwarded-for", "198.51.100.4");
+    let response = send(&mut service, direct).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ipv6_clients_cannot_rotate_through_their_64() {
+    let layer = TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_secs(60)));
+    let mut service = layer.layer(hello());
+    send(&mut service, from("[2001:db8:0:1::1]:1")).await;
+    let rotated = send(&mut service, from("[2001:db8:0:1::ffff]:1")).await;
+    assert_eq!(rotated.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(layer.keyed().len(), 1);
+}
+
+/// A service whose response bodies stay open until the test sends them.
+fn streaming(
+    bodies: mpsc::UnboundedSender<http_body_util::channel::Sender<Bytes>>,
+) -> impl Service<Request<()>, Response = Response<Channel<Bytes>>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    service_fn(move |_: Request<()>| {
+        let (sender, body) = Channel::new(1);
+        bodies.send(sender).expect("the test holds the receiver");
+        async move { Ok(Response::new(body)) }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_body_keeps_its_server_slot_until_it_ends() {
+    let one_at_a_time = KeyedLimiter::builder(|_: &IpAddr| ConcurrencyLimiter::new(1).unwrap())
+        .build()
+        .unwrap();
+    let (bodies, mut senders) = mpsc::unbounded_channel();
+    let mut service = TooManyRequestsLayer::new(one_at_a_time).layer(streaming(bodies));
+
+    let open = send(&mut service, from("192.0.2.1:1")).await;
+    let mut sender = senders.recv().await.unwrap();
+    let refused = send(&mut service, from("192.0.2.1:2")).await;
+    assert_eq!(
+        refused.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "headers sent, body still open"
+    );
+    assert_eq!(refused.headers()["retry-after"], "1");
+
+    sender
+        .send_data(Bytes::from_static(b"chunk"))
+        .await
+        .unwrap();
+    drop(sender); // the stream ends
+    let body = open.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"chunk");
+    let after = send(&mut service, from("192.0.2.1:3")).await;
+    assert_eq!(after.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_body_keeps_its_client_slot_until_it_ends_or_is_dropped() {
+    let limiter = ConcurrencyLimiter::new(1).unwrap();
+    let (bodies, mut senders) = mpsc::unbounded_channel();
+    let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()).reject());
+    let mut client = layer.layer(streaming(bodies));
+
+    let open = send(&mut client, Request::new(())).await;
+    let sender = senders.recv().await.unwrap();
+    assert_eq!(limiter.running(), 1);
+    assert!(
+        client.ready().await.is_err(),
+        "the open body holds the only slot"
+    );
+
+    drop(open); // the caller gave up on the body
+    assert_eq!(limiter.running(), 0);
+    drop(sender);
+    let finished = send(&mut client, Request::new(())).await;
+    drop(senders.recv().await.unwrap());
+    finished.into_body().collect().await.unwrap();
+    assert_eq!(limiter.running(), 0);
+}
