@@ -25,7 +25,10 @@
 //! decided by the crate's in-memory limiters, so it is the reference the
 //! other stores are tested against (one conformance suite runs the same
 //! assertions on every store). [`RedisStore`] (cargo feature `redis`) keeps
-//! the same state in Redis.
+//! the same state in Redis; [`PostgresStore`] (cargo feature `postgres`) in
+//! PostgreSQL, one statement per decision on the database's clock;
+//! [`SqliteStore`] (cargo feature `sqlite`) in one SQLite file shared by the
+//! processes of one machine, one `BEGIN IMMEDIATE` transaction per decision.
 //!
 //! # Time
 //!
@@ -88,9 +91,13 @@ mod lease;
 mod memory;
 mod memory_lease;
 mod memory_quota;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod quota;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::time::Duration;
 
@@ -105,13 +112,19 @@ pub use lease::LeaseStore;
 pub use memory::{MemoryKey, MemoryStore};
 pub use memory_lease::MemoryLeaseKey;
 pub use memory_quota::MemoryQuotaKey;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{PostgresKey, PostgresStore, PostgresStoreBuilder};
 pub use quota::Quota;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 pub(crate) use quota::QuotaKind;
 pub use quota::QuotaStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisKey, RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::{SqliteKey, SqliteStore, SqliteStoreBuilder};
 
 /// The backing state of a sliding-window [`RateLimiter`](crate::RateLimiter).
 ///

@@ -6,7 +6,8 @@
 //! [`SLACK`] for a busy machine and a network round trip.
 //!
 //! `tests/store_conformance.rs` runs every check against every store with
-//! one macro call per store.
+//! one [`conformance!`] call per store; other binaries (the Redis Cluster
+//! test, which starts its own cluster) use the same macro.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,47 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tower_limits::store::{LeaseStore, Quota, QuotaStore, RateLimiterStore, WindowDecision};
 use tower_limits::{Admission, LeasedConcurrencyLimiter, Limiter, RateLimiter, SharedLimiter};
+
+/// Runs every check of this suite against the store `$make` makes: one test
+/// per check, in a module named `$store`. `$make` is an async expression
+/// giving `Option<store>`: `None` (after saying why on stderr) skips.
+///
+/// ```ignore
+/// conformance!(memory, Some(MemoryStore::new()));
+/// ```
+#[macro_export]
+macro_rules! conformance {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+
+            $crate::conformance!(@checks $make;
+                quota_grants_capacity_then_names_retry,
+                quota_refund_and_peek,
+                quota_settle,
+                quota_pause,
+                quota_take_and_reset,
+                quota_decisions_are_atomic,
+                shared_limiter_shares_one_limit,
+                sliding_log_limits_and_reports,
+                sliding_log_refund_settle_pause_clear,
+                sliding_log_backoff,
+                leases_limit_expire_and_renew,
+                leased_limiter_renews_and_releases,
+            );
+        }
+    };
+    (@checks $make:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                if let Some(store) = $make {
+                    $crate::common::conformance::$check(store).await;
+                }
+            }
+        )*
+    };
+}
 
 /// What every store implements.
 pub(crate) trait Store: RateLimiterStore + QuotaStore + LeaseStore + Clone {}

@@ -5,8 +5,12 @@
 //!   limited stack in front of it;
 //! * [`precision`]: counting admissions at high rates on paused time, within
 //!   a tenth of a percent;
+//! * [`processes`]: several OS processes sharing one limit through a store;
+//! * [`sqlite`]: a SQLite store in a temporary file;
 //! * [`stress`]: 1,000 concurrent callers on a multi-thread runtime, and the
 //!   check that no window holds more grants than the limit.
+//! * [`tickets`]: checks on admissions stamped by a store's clock (sliding
+//!   log start times, fixed window indexes).
 
 // Each test binary compiles this module on its own and uses only part of it
 // (`rate` only the durations, `layer_order` never asks for the call order or
@@ -15,11 +19,17 @@
 #![allow(dead_code)]
 
 pub(crate) mod conformance;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod precision;
+pub(crate) mod processes;
 pub(crate) mod recorder;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 pub(crate) mod stress;
+pub(crate) mod tickets;
 
 use std::time::Duration;
 

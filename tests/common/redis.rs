@@ -1,10 +1,11 @@
 //! Redis for the tests: the shared server named by `REDIS_URL`, private
-//! `redis-server`s on free loopback ports, and a fake server that answers
-//! garbage.
+//! `redis-server`s on free loopback ports, a private three-master Redis
+//! Cluster, and a fake server that answers garbage.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tower_limits::store::RedisStore;
@@ -71,17 +72,7 @@ impl PrivateRedis {
     }
 
     fn wait_until_up(&self) {
-        for _ in 0..200 {
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = stream.write_all(b"PING\r\n");
-                let mut reply = [0; 7];
-                if stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {} did not start", self.port);
+        wait_until_up(self.port);
     }
 
     /// Kills the server at once (no shutdown), as a crash would.
@@ -95,6 +86,192 @@ impl Drop for PrivateRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Waits until the server on `port` answers `PING`.
+fn wait_until_up(port: u16) {
+    for _ in 0..200 {
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = stream.write_all(b"PING\r\n");
+            let mut reply = [0; 7];
+            if stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("redis-server on port {port} did not start");
+}
+
+/// Whether `program --version` runs.
+fn on_path(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// `Some(())` if `redis-server` and `redis-cli` are on `PATH`. Otherwise
+/// says so, then fails if `REDIS_URL` is set (CI, where `.ci/run` installs
+/// them) or returns `None` after saying that `what` is skipped.
+pub(crate) fn redis_binaries(what: &str) -> Option<()> {
+    let missing: Vec<_> = ["redis-server", "redis-cli"]
+        .into_iter()
+        .filter(|program| !on_path(program))
+        .collect();
+    if missing.is_empty() {
+        return Some(());
+    }
+    let missing = missing.join(" and ");
+    if std::env::var_os("REDIS_URL").is_some() {
+        panic!(
+            "{what} needs {missing} on PATH, and REDIS_URL is set: install them \
+             (`apt-get install redis-server`, which `.ci/run` does)"
+        );
+    }
+    eprintln!("skipped {what}: {missing} not on PATH (apt-get install redis-server)");
+    None
+}
+
+/// A node of a [`RedisCluster`]: `redis-server` under a `sh` that stops it
+/// (and removes its directory) when its stdin closes, so the node goes away
+/// when it is dropped and also when the test binary exits without dropping
+/// it (the cluster lives in a static).
+struct ClusterNode {
+    port: u16,
+    guard: Child,
+}
+
+impl ClusterNode {
+    const GUARD: &'static str = r#"dir=$1; shift
+redis-server "$@" & server=$!
+read -r _
+kill "$server"; wait "$server"; rm -rf "$dir""#;
+
+    fn start(port: u16) -> Self {
+        let dir = std::env::temp_dir().join(unique(&format!("redis-cluster-{port}")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir
+            .to_str()
+            .expect("a UTF-8 temporary directory")
+            .to_owned();
+        let port_arg = port.to_string();
+        let conf = format!("{dir}/nodes-{port}.conf");
+        let guard = Command::new("sh")
+            .args(["-c", Self::GUARD, "sh", &dir])
+            .args(["--port", &port_arg, "--bind", "127.0.0.1", "--dir", &dir])
+            .args(["--cluster-enabled", "yes", "--cluster-config-file", &conf])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh");
+        let node = Self { port, guard };
+        wait_until_up(port);
+        node
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        drop(self.guard.stdin.take()); // the guard stops the server
+        let _ = self.guard.wait();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) on free loopback ports,
+/// private to one test binary.
+pub(crate) struct RedisCluster {
+    nodes: Vec<ClusterNode>,
+}
+
+impl RedisCluster {
+    /// The binary's cluster, started on first use (`redis-server
+    /// --cluster-enabled yes` three times, `redis-cli --cluster create`,
+    /// then until every node reports `cluster_state:ok`). `None` if the
+    /// Redis binaries are missing and `REDIS_URL` is unset (see
+    /// [`redis_binaries`]); panics if the cluster does not come up.
+    pub(crate) fn shared(what: &str) -> Option<&'static Self> {
+        static CLUSTER: OnceLock<Result<RedisCluster, String>> = OnceLock::new();
+        redis_binaries(what)?;
+        let started = CLUSTER.get_or_init(|| {
+            std::panic::catch_unwind(Self::start).map_err(|panic| {
+                let message = panic.downcast_ref::<String>().map(String::as_str);
+                let message = message.or_else(|| panic.downcast_ref::<&str>().copied());
+                message.unwrap_or("a panic").to_owned()
+            })
+        });
+        match started {
+            Ok(cluster) => Some(cluster),
+            Err(error) => panic!("the Redis Cluster did not start: {error}"),
+        }
+    }
+
+    fn start() -> Self {
+        let nodes: Vec<_> = (0..3).map(|_| ClusterNode::start(free_port())).collect();
+        let addresses: Vec<_> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    fn wait_until_ok(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for url in self.urls() {
+            loop {
+                let info: Option<String> = ::redis::Client::open(url.as_str())
+                    .and_then(|client| client.get_connection())
+                    .and_then(|mut node| ::redis::cmd("CLUSTER").arg("INFO").query(&mut node))
+                    .ok();
+                if info.is_some_and(|info| info.contains("cluster_state:ok")) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{url} never reported cluster_state:ok"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The URL of each master.
+    pub(crate) fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|node| format!("redis://127.0.0.1:{}", node.port))
+            .collect()
+    }
+
+    /// A store on this cluster, reached through every node, under a key
+    /// prefix of its own.
+    #[cfg(feature = "redis-cluster")]
+    pub(crate) async fn store(&self) -> RedisStore {
+        RedisStore::cluster_builder(self.urls())
+            .prefix(format!("{}:", unique("test")))
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap()
     }
 }
 

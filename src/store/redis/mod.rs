@@ -137,6 +137,17 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// What a [`RedisStoreBuilder`] connects to.
+#[derive(Debug)]
+enum Target {
+    /// One server, at this URL.
+    Server(String),
+    /// A cluster, through any of these nodes (even one): the client learns
+    /// the slot map from them and follows `MOVED` and `ASK` redirections.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
+}
+
 /// Configures a [`RedisStore`]: made by [`RedisStore::builder`].
 ///
 /// ```no_run
@@ -157,7 +168,7 @@ impl ConnectionLike for Connection {
 #[derive(Debug)]
 #[must_use = "call `connect` to get a store"]
 pub struct RedisStoreBuilder {
-    urls: Vec<String>,
+    target: Target,
     prefix: String,
     timeout: Duration,
 }
@@ -179,7 +190,7 @@ impl RedisStore {
     /// ```
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            urls: vec![url.into()],
+            target: Target::Server(url.into()),
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_TIMEOUT,
         }
@@ -203,7 +214,10 @@ impl RedisStore {
     }
 
     /// Starts configuring a store on the Redis Cluster reached through
-    /// `nodes` (any of its nodes' URLs).
+    /// `nodes` (the URLs of any of its nodes; one is enough). The store
+    /// learns the slot map from them, follows `MOVED` and `ASK` when slots
+    /// move, and loads its scripts on every node (a node that answers
+    /// `NOSCRIPT`, after a restart or a failover, gets them again).
     ///
     /// ```no_run
     /// use tower_limits::store::RedisStore;
@@ -222,7 +236,7 @@ impl RedisStore {
         nodes: impl IntoIterator<Item = impl Into<String>>,
     ) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            urls: nodes.into_iter().map(Into::into).collect(),
+            target: Target::Cluster(nodes.into_iter().map(Into::into).collect()),
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_TIMEOUT,
         }
@@ -337,14 +351,24 @@ impl RedisStoreBuilder {
     }
 
     async fn open(&self) -> Result<Connection, RedisError> {
-        #[cfg(feature = "redis-cluster")]
-        if self.urls.len() > 1 || self.urls.is_empty() {
-            let client =
-                ::redis::cluster::ClusterClient::new(self.urls.iter().map(String::as_str))?;
-            return Ok(Connection::Cluster(client.get_async_connection().await?));
-        }
-        let url = self.urls.first().map_or("", String::as_str);
-        let client = ::redis::Client::open(url)?;
+        // Without `redis-cluster`, a server is the only target.
+        #[cfg_attr(
+            not(feature = "redis-cluster"),
+            allow(clippy::infallible_destructuring_match)
+        )]
+        let url = match &self.target {
+            Target::Server(url) => url,
+            #[cfg(feature = "redis-cluster")]
+            Target::Cluster(nodes) => {
+                let client =
+                    ::redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
+                        .connection_timeout(self.timeout)
+                        .response_timeout(self.timeout)
+                        .build()?;
+                return Ok(Connection::Cluster(client.get_async_connection().await?));
+            }
+        };
+        let client = ::redis::Client::open(url.as_str())?;
         // Retry quickly, a few times: a refused first connection fails at
         // once, and a request made while the server is away starts another
         // round, so a restarted server is back in use within a fraction of

@@ -1,0 +1,113 @@
+//! The tables of a [`SqliteStore`](super::SqliteStore), each connection's
+//! settings, and the sweep of rows that no longer matter.
+//!
+//! Every table has an `expires` column (nanoseconds of Unix time): once it
+//! has passed, the row affects no decision and the sweep deletes it. Times
+//! in the other columns are nanoseconds of Unix time, except the sliding
+//! log's (`tower_limits_starts`, `tower_limits_backoffs`), which are in
+//! microseconds as the log's tickets are.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, Transaction};
+
+use super::Now;
+
+/// How often write calls sweep (nanoseconds).
+pub(super) const SWEEP_EVERY: i64 = 10_000_000_000;
+
+/// How long state outlives the last moment it affects a decision
+/// (nanoseconds), as a Redis key outlives its window by a second.
+pub(super) const GRACE: i64 = 1_000_000_000;
+
+/// Every table, each with an `expires` column and an index on it.
+const TABLES: [&str; 7] = [
+    "tower_limits_starts",
+    "tower_limits_backoffs",
+    "tower_limits_cells",
+    "tower_limits_fixed_windows",
+    "tower_limits_sliding_windows",
+    "tower_limits_leases",
+    "tower_limits_lease_pauses",
+];
+
+const CREATE: &str = "
+CREATE TABLE IF NOT EXISTS tower_limits_starts (
+    name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tower_limits_starts_by_name ON tower_limits_starts (name, at);
+CREATE TABLE IF NOT EXISTS tower_limits_backoffs (
+    name TEXT PRIMARY KEY,
+    next_available INTEGER NOT NULL,
+    backoff INTEGER,
+    escalated INTEGER NOT NULL,
+    escalated_next_available INTEGER NOT NULL,
+    escalated_backoff INTEGER,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_cells (
+    name TEXT PRIMARY KEY,
+    tat INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_fixed_windows (
+    name TEXT PRIMARY KEY,
+    window_index INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_sliding_windows (
+    name TEXT PRIMARY KEY,
+    window_index INTEGER NOT NULL,
+    current INTEGER NOT NULL,
+    previous INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_leases (
+    name TEXT NOT NULL,
+    lease INTEGER NOT NULL,
+    expires INTEGER NOT NULL,
+    PRIMARY KEY (name, lease)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_lease_pauses (
+    name TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+/// Sets up a new connection: the busy timeout, WAL (readers never wait for
+/// the writer, and several processes share the file) and `NORMAL` syncing
+/// (safe in WAL; a power cut may lose the last decisions, never corrupt).
+pub(super) fn configure(connection: &mut Connection, timeout: Duration) -> rusqlite::Result<()> {
+    connection.busy_timeout(timeout)?;
+    connection
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0))?;
+    connection.pragma_update(None, "synchronous", "NORMAL")
+}
+
+/// Creates every table and index that is missing.
+pub(super) fn create(tx: &Transaction<'_>, _now: Now) -> rusqlite::Result<()> {
+    tx.execute_batch(CREATE)?;
+    for table in TABLES {
+        tx.execute_batch(&format!(
+            "CREATE INDEX IF NOT EXISTS {table}_by_expiry ON {table} (expires)"
+        ))?;
+    }
+    Ok(())
+}
+
+/// Deletes every expired row; answers how many.
+pub(super) fn sweep(tx: &Transaction<'_>, now: Now) -> rusqlite::Result<usize> {
+    let mut deleted = 0;
+    for table in TABLES {
+        let sql = format!("DELETE FROM {table} WHERE expires <= ?1");
+        deleted += tx.prepare_cached(&sql)?.execute([now.0])?;
+    }
+    Ok(deleted)
+}

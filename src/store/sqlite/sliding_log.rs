@@ -1,0 +1,450 @@
+//! [`RateLimiterStore`] for [`SqliteStore`]: the sliding log and the seed's
+//! backoff, by the rules of `MemoryStore` and `sliding_log.lua`.
+//!
+//! Starts are rows of `tower_limits_starts` (one per unit of cost, at the
+//! start's time in microseconds, which is the grant's ticket); the pause,
+//! the current backoff and what the last backoff replaced are one row of
+//! `tower_limits_backoffs`. Times here are microseconds of Unix time.
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use tokio::time::Instant;
+
+use super::schema::GRACE;
+use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros};
+use crate::clock::duration_nanos;
+use crate::error::LimiterError;
+use crate::limiter::LimiterFuture;
+use crate::store::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
+
+/// The pause and backoff of one log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Backoffs {
+    /// No start before this (µs; 0: none).
+    next_available: i64,
+    /// The current backoff (µs); `None` means the policy's initial delay.
+    backoff: Option<i64>,
+    /// What the last backoff replaced, so a refund that unfills the window
+    /// can undo it.
+    escalation: Option<(i64, Option<i64>)>,
+}
+
+impl Backoffs {
+    /// Backs off after a start at `now` filled the window, which frees a
+    /// place at `frees_at`.
+    fn escalate(&mut self, now: i64, frees_at: i64, backoff: &Backoff, jitter: f64) {
+        self.escalation = Some((self.next_available, self.backoff));
+        let current = self.backoff.map_or_else(
+            || duration_nanos(backoff.initial),
+            |micros| u64::try_from(micros).unwrap_or(0).saturating_mul(1_000),
+        );
+        let delay = backoff.escalate(current);
+        self.backoff = Some(micros_of(delay));
+        let ends = now.saturating_add(micros_of(Backoff::jittered(delay, jitter)));
+        self.next_available = self.next_available.max(ends).max(frees_at);
+    }
+
+    /// Undoes the last backoff, if one is recorded.
+    fn undo_escalation(&mut self) {
+        if let Some((next_available, backoff)) = self.escalation.take() {
+            self.next_available = next_available;
+            self.backoff = backoff;
+        }
+    }
+}
+
+/// Whole microseconds in `nanos`.
+fn micros_of(nanos: u64) -> i64 {
+    i64::try_from(nanos / 1_000).unwrap_or(i64::MAX)
+}
+
+/// One log inside a transaction, at `now`, under a policy (zeros without).
+struct Log<'a> {
+    tx: &'a Transaction<'a>,
+    name: &'a str,
+    now: i64,
+    max: usize,
+    window: i64,
+    backoff: Option<Backoff>,
+}
+
+impl Log<'_> {
+    /// Drops the starts that left the window `(now - window, now]`.
+    fn prune(&self) -> rusqlite::Result<()> {
+        let sql = "DELETE FROM tower_limits_starts WHERE name = ?1 AND at <= ?2";
+        let horizon = self.now.saturating_sub(self.window);
+        self.tx
+            .prepare_cached(sql)?
+            .execute(params![self.name, horizon])?;
+        Ok(())
+    }
+
+    /// When the window has room for `cost` more starts, if it has not now:
+    /// at most `max - cost` may stay, so the start before the newest of
+    /// those must leave.
+    fn frees_at(&self, cost: u32) -> rusqlite::Result<Option<i64>> {
+        let room = self.max.saturating_sub(cost as usize);
+        let sql = "SELECT at FROM tower_limits_starts WHERE name = ?1 \
+                   ORDER BY at DESC LIMIT 1 OFFSET ?2";
+        let start: Option<i64> = self
+            .tx
+            .prepare_cached(sql)?
+            .query_row(params![self.name, count(room)], |row| row.get(0))
+            .optional()?;
+        let frees_at = start.map(|start| start.saturating_add(self.window));
+        Ok(frees_at.filter(|&at| at > self.now))
+    }
+
+    /// When `cost` starts could be granted, if not now: the later of the
+    /// pause and the full window freeing a place.
+    fn blocked_until(&self, state: &Backoffs, cost: u32) -> rusqlite::Result<Option<i64>> {
+        let paused = (state.next_available > self.now).then_some(state.next_available);
+        Ok(paused.max(self.frees_at(cost)?))
+    }
+
+    /// Adds `count` starts at `at`.
+    fn add(&self, at: i64, units: u32) -> rusqlite::Result<()> {
+        let sql = "INSERT INTO tower_limits_starts (name, at, expires) VALUES (?1, ?2, ?3)";
+        // A start matters until it leaves the window, not a moment longer.
+        let expires = at.saturating_add(self.window).saturating_mul(1_000);
+        let mut insert = self.tx.prepare_cached(sql)?;
+        for _ in 0..units {
+            insert.execute(params![self.name, at, expires])?;
+        }
+        Ok(())
+    }
+
+    /// Erases `units` starts recorded at `at`.
+    fn erase(&self, at: i64, units: u32) -> rusqlite::Result<()> {
+        let sql = "DELETE FROM tower_limits_starts WHERE rowid IN \
+                   (SELECT rowid FROM tower_limits_starts WHERE name = ?1 AND at = ?2 LIMIT ?3)";
+        self.tx
+            .prepare_cached(sql)?
+            .execute(params![self.name, at, units])?;
+        Ok(())
+    }
+
+    /// Records `cost` starts now; backs off if that fills the window.
+    fn record(&self, state: &mut Backoffs, cost: u32, jitter: f64) -> rusqlite::Result<()> {
+        self.add(self.now, cost)?;
+        if let Some(backoff) = &self.backoff
+            && let Some(frees_at) = self.frees_at(1)?
+        {
+            state.escalate(self.now, frees_at, backoff, jitter);
+        }
+        Ok(())
+    }
+
+    fn load(&self) -> rusqlite::Result<Backoffs> {
+        let sql = "SELECT next_available, backoff, escalated, escalated_next_available, \
+                   escalated_backoff FROM tower_limits_backoffs WHERE name = ?1";
+        let state = self
+            .tx
+            .prepare_cached(sql)?
+            .query_row([self.name], |row| {
+                let escalated: bool = row.get(2)?;
+                Ok(Backoffs {
+                    next_available: row.get(0)?,
+                    backoff: row.get(1)?,
+                    escalation: if escalated {
+                        Some((row.get(3)?, row.get(4)?))
+                    } else {
+                        None
+                    },
+                })
+            })
+            .optional()?;
+        Ok(state.unwrap_or_default())
+    }
+
+    /// Saves `state` if it changed from `loaded`.
+    fn save(&self, loaded: &Backoffs, state: &Backoffs) -> rusqlite::Result<()> {
+        if state == loaded {
+            return Ok(());
+        }
+        let sql = "INSERT OR REPLACE INTO tower_limits_backoffs (name, next_available, backoff, \
+                   escalated, escalated_next_available, escalated_backoff, expires) \
+                   VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+        let (escalated_next, escalated_backoff) = state.escalation.unwrap_or((0, None));
+        let until = self
+            .now
+            .saturating_add(self.window)
+            .max(state.next_available);
+        self.tx.prepare_cached(sql)?.execute(params![
+            self.name,
+            state.next_available,
+            state.backoff,
+            state.escalation.is_some(),
+            escalated_next,
+            escalated_backoff,
+            expiry(until),
+        ])?;
+        Ok(())
+    }
+
+    /// Runs `change` on the loaded state, then saves it.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut Backoffs) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let loaded = self.load()?;
+        let mut state = loaded;
+        let answer = change(&mut state)?;
+        self.save(&loaded, &state)?;
+        Ok(answer)
+    }
+
+    fn acquire(&self, cost: u32, jitter: f64) -> rusqlite::Result<Answer> {
+        self.prune()?;
+        self.update(|state| {
+            if let Some(at) = self.blocked_until(state, cost)? {
+                return Ok(self.retry(at));
+            }
+            state.backoff = None;
+            self.record(state, cost, jitter)?;
+            Ok(Answer::Granted(u64::try_from(self.now).unwrap_or(0)))
+        })
+    }
+
+    fn refund(&self, ticket: u64, cost: u32) -> rusqlite::Result<()> {
+        self.erase(super::signed(ticket), cost)?;
+        self.prune()?;
+        if self.frees_at(1)?.is_some() {
+            return Ok(());
+        }
+        self.update(|state| {
+            state.undo_escalation();
+            Ok(())
+        })
+    }
+
+    fn settle(&self, ticket: u64, from: u32, to: u32) -> rusqlite::Result<()> {
+        let at = super::signed(ticket);
+        if to < from {
+            self.erase(at, from - to)
+        } else {
+            self.add(at, to - from)
+        }
+    }
+
+    /// Starts within the last `window` (µs), oldest first, from `offset`.
+    fn in_window(&self, window: i64, offset: usize) -> rusqlite::Result<Option<i64>> {
+        let sql = "SELECT at FROM tower_limits_starts WHERE name = ?1 AND at > ?2 \
+                   ORDER BY at LIMIT 1 OFFSET ?3";
+        let horizon = self.now.saturating_sub(window);
+        self.tx
+            .prepare_cached(sql)?
+            .query_row(params![self.name, horizon, count(offset)], |row| row.get(0))
+            .optional()
+    }
+
+    fn count(&self, window: i64) -> rusqlite::Result<usize> {
+        let sql = "SELECT COUNT(*) FROM tower_limits_starts WHERE name = ?1 AND at > ?2";
+        let horizon = self.now.saturating_sub(window);
+        self.tx
+            .prepare_cached(sql)?
+            .query_row(params![self.name, horizon], |row| count_at(row, 0))
+    }
+
+    fn clear(&self) -> rusqlite::Result<()> {
+        for sql in [
+            "DELETE FROM tower_limits_starts WHERE name = ?1",
+            "DELETE FROM tower_limits_backoffs WHERE name = ?1",
+        ] {
+            self.tx.prepare_cached(sql)?.execute([self.name])?;
+        }
+        Ok(())
+    }
+
+    /// Denied until `at` (µs).
+    fn retry(&self, at: i64) -> Answer {
+        Answer::RetryIn(at.saturating_sub(self.now).saturating_mul(1_000))
+    }
+
+    /// Nanoseconds from now until `at` (µs), if it is later.
+    fn until(&self, at: Option<i64>) -> Option<i64> {
+        at.filter(|&at| at > self.now)
+            .map(|at| (at - self.now).saturating_mul(1_000))
+    }
+}
+
+/// `expires` (nanoseconds) for state that matters until `until` (µs).
+fn expiry(until: i64) -> i64 {
+    until.saturating_mul(1_000).saturating_add(GRACE)
+}
+
+/// A count or offset as SQLite's integer.
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl SqliteStore {
+    /// Runs `work` on the log of `key` in one transaction.
+    async fn on_log<T, F>(
+        &self,
+        key: &SqliteKey,
+        mode: Mode,
+        policy: Option<WindowPolicy>,
+        work: F,
+    ) -> Result<T, LimiterError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Log<'_>) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let name = key.owned();
+        self.call(mode, move |tx, now| {
+            work(&Log {
+                tx,
+                name: &name,
+                now: now.micros(),
+                max: policy.map_or(0, |policy| policy.max_executions),
+                window: policy.map_or(0, |policy| micros(policy.window)),
+                backoff: policy.and_then(|policy| policy.backoff),
+            })
+        })
+        .await
+    }
+}
+
+impl RateLimiterStore for SqliteStore {
+    type Key = SqliteKey;
+
+    fn key(&self, name: &str) -> SqliteKey {
+        SqliteKey::new(name)
+    }
+
+    /// Creates the tables if they are missing (opening the store already
+    /// did).
+    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::new(self.call(Mode::Write, super::schema::create))
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+        cost: u32,
+        jitter: f64,
+    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        LimiterFuture::new(async move {
+            let work = move |log: &Log<'_>| log.acquire(cost, jitter);
+            let answer = self.on_log(key, Mode::Write, Some(policy), work).await?;
+            Ok(answer.decision())
+        })
+    }
+
+    fn record_execution<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+        jitter: f64,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
+            log.prune()?;
+            log.update(|state| log.record(state, 1, jitter))
+        }))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+        ticket: u64,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
+            log.refund(ticket, cost)
+        }))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+        ticket: u64,
+        from: u32,
+        to: u32,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
+            log.settle(ticket, from, to)
+        }))
+    }
+
+    fn peek<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+        cost: u32,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        LimiterFuture::new(async move {
+            let work = move |log: &Log<'_>| {
+                let at = log.blocked_until(&log.load()?, cost)?;
+                Ok(log.until(at))
+            };
+            let blocked = self.on_log(key, Mode::Read, Some(policy), work).await?;
+            Ok(blocked.map(after))
+        })
+    }
+
+    fn execution_count<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        window: Duration,
+    ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
+        let window = micros(window);
+        LimiterFuture::new(self.on_log(key, Mode::Read, None, move |log| log.count(window)))
+    }
+
+    fn oldest_execution_at_offset<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        window: Duration,
+        offset: usize,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        let window = micros(window);
+        LimiterFuture::new(async move {
+            let work = move |log: &Log<'_>| {
+                let start = log.in_window(window, offset)?;
+                Ok(start.map(|start| log.now.saturating_sub(start).max(0)))
+            };
+            let age = self.on_log(key, Mode::Read, None, work).await?;
+            Ok(age.map(|age| {
+                let age = Duration::from_micros(u64::try_from(age).unwrap_or(0));
+                Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
+            }))
+        })
+    }
+
+    fn next_available<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        LimiterFuture::new(async move {
+            let work = |log: &Log<'_>| Ok(log.until(Some(log.load()?.next_available)));
+            let paused = self.on_log(key, Mode::Read, None, work).await?;
+            Ok(paused.map(after))
+        })
+    }
+
+    fn set_next_available<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        at: Instant,
+    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        let pause = micros(at.saturating_duration_since(Instant::now()));
+        LimiterFuture::new(self.on_log(key, Mode::Write, None, move |log| {
+            log.update(|state| {
+                let until = log.now.saturating_add(pause);
+                state.next_available = state.next_available.max(until);
+                // A pause from outside is never undone by a refund.
+                state.escalation = None;
+                Ok(())
+            })
+        }))
+    }
+
+    fn clear<'a>(&'a self, key: &'a SqliteKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        LimiterFuture::new(self.on_log(key, Mode::Write, None, |log| log.clear()))
+    }
+}
