@@ -2,7 +2,9 @@
 //!
 //! * `decision`: one admission decision of an in-memory limiter that has room,
 //!   beside `governor`'s `check()` (GCRA, TSC clock); `gcra_*` and
-//!   `token_bucket_*` run the same algorithm with the same quota.
+//!   `token_bucket_*` run the same algorithm with the same quota, through
+//!   the `Limiter` trait (a `Permit` per grant) and through the plain
+//!   `check()` that, like governor's, hands out nothing.
 //! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
 //!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
 //!   bare service. Futures are polled by hand with a no-op waker, so no
@@ -110,6 +112,14 @@ fn decision(c: &mut Criterion) {
     let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
     group.bench_function("governor_check", |b| {
         b.iter(|| black_box(governor.check()).is_ok())
+    });
+    let gcra_check = gcra(Clock::fast());
+    group.bench_function("gcra_check_fast_clock", |b| {
+        b.iter(|| black_box(gcra_check.check()).is_ok())
+    });
+    let token_bucket_check = token_bucket(Clock::fast());
+    group.bench_function("token_bucket_check_fast_clock", |b| {
+        b.iter(|| black_box(token_bucket_check.check()).is_ok())
     });
     let fast = sliding_window(Clock::fast());
     group.bench_function("sliding_window_fast_clock", |b| b.iter(|| admit(&fast)));

@@ -41,6 +41,7 @@ use tokio::time::Instant;
 /// two words wide.
 static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
 
+#[inline]
 fn counter() -> &'static quanta::Clock {
     COUNTER.get_or_init(quanta::Clock::new)
 }

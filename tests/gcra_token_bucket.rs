@@ -623,6 +623,26 @@ proptest! {
             }
         }
     }
+
+    /// `check()` is `try_acquire()` without the permit: twin limiters, one
+    /// driven by each, give the same answers and name the same instants on
+    /// any arrival pattern, and a denied `check()` takes nothing.
+    #[test]
+    fn check_decides_exactly_as_try_acquire((count, period_ms, burst, arrivals) in case()) {
+        paused_runtime().block_on(async {
+            let (gcra_checked, gcra_acquired) = (gcra(count, ms(period_ms), burst), gcra(count, ms(period_ms), burst));
+            let refill = count.max(1);
+            let (bucket_checked, bucket_acquired) = (bucket(burst, refill, ms(period_ms)), bucket(burst, refill, ms(period_ms)));
+            let interval = gcra_checked.interval();
+            for arrival in arrivals {
+                advance(interval * u32::try_from(arrival.gap_sixteenths).unwrap() / 16).await;
+                let expected = take(&gcra_acquired, 1).map(drop).map_err(|denial| denial.retry_at().unwrap());
+                assert_eq!(gcra_checked.check(), expected, "GCRA");
+                let expected = take(&bucket_acquired, 1).map(drop).map_err(|denial| denial.retry_at().unwrap());
+                assert_eq!(bucket_checked.check(), expected, "token bucket");
+            }
+        });
+    }
 }
 
 // ------------------------------------------------------ real-time stress

@@ -343,6 +343,17 @@ impl Cells {
         })
     }
 
+    /// Takes one cell if one conforms now, else names when one will: the
+    /// decision of [`admit`](Cells::admit) without a permit, for callers
+    /// that only want to know whether to go.
+    #[inline(always)]
+    pub(super) fn check_one(&self) -> Result<(), Instant> {
+        match self.decide(self.config(), 1).retry_at {
+            None => Ok(()),
+            Some(at) => Err(self.clock.instant_at(at)),
+        }
+    }
+
     #[cold]
     fn admit_or_listen(&self, cost: u32) -> Admission {
         self.reopened

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::cell::{CellConfig, Cells, Names, Outcome, impl_limiter_for_cells};
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
@@ -295,6 +297,31 @@ impl GcraLimiter {
     /// ```
     pub fn peek_state(&self, cost: u32) -> Result<GcraState, LimiterError> {
         Ok(self.state(self.cells.look(cost)?))
+    }
+
+    /// Takes one call's cell if it conforms now, else says when it will: a
+    /// plain, synchronous check (governor's `check()`), cheaper than
+    /// [`try_acquire`](crate::Limiter::try_acquire) because there is no
+    /// permit to hand out. A denial takes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::GcraLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = GcraLimiter::new(2, Duration::from_secs(1))?.with_burst(2)?;
+    /// assert!(limiter.check().is_ok());
+    /// assert!(limiter.check().is_ok());
+    /// let retry_at = limiter.check().unwrap_err();
+    /// tokio::time::sleep_until(retry_at).await; // one interval: 500 ms
+    /// assert!(limiter.check().is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn check(&self) -> Result<(), Instant> {
+        self.cells.check_one()
     }
 
     /// [`try_acquire_many`](crate::Limiter::try_acquire_many), also reporting

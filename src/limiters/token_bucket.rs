@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::cell::{CellConfig, Cells, Names, impl_limiter_for_cells};
 use crate::clock::Clock;
 use crate::error::ConfigError;
@@ -191,6 +193,31 @@ impl TokenBucketLimiter {
         let config = CellConfig::new(NAMES, refill, period, capacity)?;
         self.cells.retune(config);
         Ok(())
+    }
+
+    /// Takes one token if the bucket has one, else says when it will: a
+    /// plain, synchronous check, cheaper than
+    /// [`try_acquire`](crate::Limiter::try_acquire) because there is no
+    /// permit to hand out. A denial takes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::TokenBucketLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// // One token, back after 100 ms.
+    /// let bucket = TokenBucketLimiter::new(1, 10, Duration::from_secs(1))?;
+    /// assert!(bucket.check().is_ok());
+    /// let retry_at = bucket.check().unwrap_err();
+    /// tokio::time::sleep_until(retry_at).await;
+    /// assert!(bucket.check().is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn check(&self) -> Result<(), Instant> {
+        self.cells.check_one()
     }
 
     /// The most tokens the bucket holds.
