@@ -47,22 +47,36 @@ impl fmt::Debug for MemoryQuotaKey {
 }
 
 impl MemoryStore {
-    /// The limiter of `key` for `quota`; a new one (full capacity) the first
-    /// time, or when the quota changed.
-    fn limiter(&self, key: &MemoryQuotaKey, quota: &Quota) -> Arc<dyn Limiter> {
+    /// Runs `act` on the limiter of `key` for `quota`: a new one (full
+    /// capacity) the first time, or when the quota changed.
+    fn with_limiter<T>(
+        &self,
+        key: &MemoryQuotaKey,
+        quota: &Quota,
+        act: impl FnOnce(&dyn Limiter) -> Result<T, LimiterError>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        LimiterFuture::ready(self.limiter(key, quota).and_then(|limiter| act(&*limiter)))
+    }
+
+    fn limiter(
+        &self,
+        key: &MemoryQuotaKey,
+        quota: &Quota,
+    ) -> Result<Arc<dyn Limiter>, LimiterError> {
         let mut state = key.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*state {
-            Some(current) if current.quota == *quota => Arc::clone(&current.limiter),
-            _ => {
-                let limiter = quota.memory_limiter(self.clock().clone());
-                let quota = *quota;
-                *state = Some(QuotaState {
-                    quota,
-                    limiter: Arc::clone(&limiter),
-                });
-                limiter
-            }
+        if let Some(current) = &*state
+            && current.quota == *quota
+        {
+            return Ok(Arc::clone(&current.limiter));
         }
+        let limiter = quota
+            .memory_limiter(self.clock().clone())
+            .map_err(LimiterError::new)?;
+        *state = Some(QuotaState {
+            quota: *quota,
+            limiter: Arc::clone(&limiter),
+        });
+        Ok(limiter)
     }
 }
 
@@ -88,9 +102,8 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        let limiter = self.limiter(key, quota);
-        let decision = now_or_error(limiter.try_acquire_many(cost)).and_then(|admission| {
-            Ok(match admission {
+        self.with_limiter(key, quota, |limiter| {
+            Ok(match now_or_error(limiter.try_acquire_many(cost))? {
                 Admission::Granted(permit) => WindowDecision::Granted {
                     ticket: permit
                         .token()
@@ -100,8 +113,7 @@ impl QuotaStore for MemoryStore {
                     retry_at: denial.retry_at().unwrap_or_else(Instant::now),
                 },
             })
-        });
-        LimiterFuture::ready(decision)
+        })
     }
 
     fn look<'a>(
@@ -110,11 +122,10 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let denial = now_or_error(self.limiter(key, quota).peek(cost));
-        LimiterFuture::ready(
-            denial
-                .map(|denial| denial.map(|denial| denial.retry_at().unwrap_or_else(Instant::now))),
-        )
+        self.with_limiter(key, quota, |limiter| {
+            let denial = now_or_error(limiter.peek(cost))?;
+            Ok(denial.map(|denial| denial.retry_at().unwrap_or_else(Instant::now)))
+        })
     }
 
     fn take<'a>(
@@ -122,7 +133,7 @@ impl QuotaStore for MemoryStore {
         key: &'a MemoryQuotaKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::ready(now_or_error(self.limiter(key, quota).record_start()))
+        self.with_limiter(key, quota, |limiter| now_or_error(limiter.record_start()))
     }
 
     fn adjust<'a>(
@@ -133,10 +144,11 @@ impl QuotaStore for MemoryStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
-        let limiter = self.limiter(key, quota);
-        let mut permit = Permit::with_token(ticket).with_cost(from);
-        limiter.settle(&mut permit, to);
-        LimiterFuture::ready(Ok(permit.token()))
+        self.with_limiter(key, quota, |limiter| {
+            let mut permit = Permit::with_token(ticket).with_cost(from);
+            limiter.settle(&mut permit, to);
+            Ok(permit.token())
+        })
     }
 
     fn pause<'a>(
@@ -145,8 +157,9 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        let limiter = self.limiter(key, quota);
-        LimiterFuture::ready(now_or_error(limiter.set_next_available_time(at)))
+        self.with_limiter(key, quota, |limiter| {
+            now_or_error(limiter.set_next_available_time(at))
+        })
     }
 
     fn reset<'a>(
@@ -154,6 +167,6 @@ impl QuotaStore for MemoryStore {
         key: &'a MemoryQuotaKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::ready(now_or_error(self.limiter(key, quota).clear()))
+        self.with_limiter(key, quota, |limiter| now_or_error(limiter.clear()))
     }
 }

@@ -203,24 +203,23 @@ impl Quota {
     }
 
     /// The in-memory limiter that enforces this quota, reading `clock`.
-    pub(crate) fn memory_limiter(&self, clock: Clock) -> Arc<dyn Limiter> {
-        // Every quota was validated by building the same limiter.
-        let invalid = |error: ConfigError| -> Arc<dyn Limiter> {
-            unreachable!("a validated quota builds its limiter: {error}")
-        };
-        match self.kind {
-            QuotaKind::Cells { interval, burst } => GcraLimiter::new(1, interval)
-                .and_then(|gcra| gcra.with_burst(burst))
-                .map_or_else(invalid, |gcra| Arc::new(gcra.with_clock(clock))),
-            QuotaKind::FixedWindow { max, window } => FixedWindowLimiter::new(max, window)
-                .map_or_else(invalid, |fixed| {
-                    Arc::new(fixed.with_clock(clock).aligned_to_unix_time())
-                }),
-            QuotaKind::SlidingWindowCounter { max, window } => {
-                SlidingWindowCounterLimiter::new(max, window)
-                    .map_or_else(invalid, |sliding| Arc::new(sliding.with_clock(clock)))
+    /// Every quota was validated by building the same limiter, so this
+    /// fails only if that validation and this one disagree.
+    pub(crate) fn memory_limiter(&self, clock: Clock) -> Result<Arc<dyn Limiter>, ConfigError> {
+        Ok(match self.kind {
+            QuotaKind::Cells { interval, burst } => {
+                let gcra = GcraLimiter::new(1, interval)?.with_burst(burst)?;
+                Arc::new(gcra.with_clock(clock))
             }
-        }
+            QuotaKind::FixedWindow { max, window } => Arc::new(
+                FixedWindowLimiter::new(max, window)?
+                    .with_clock(clock)
+                    .aligned_to_unix_time(),
+            ),
+            QuotaKind::SlidingWindowCounter { max, window } => {
+                Arc::new(SlidingWindowCounterLimiter::new(max, window)?.with_clock(clock))
+            }
+        })
     }
 }
 

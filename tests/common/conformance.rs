@@ -399,7 +399,7 @@ pub(crate) async fn sliding_log_backoff<S: Store>(store: S) {
 /// Leases: the limit, release, expiry without renewal, renewal, pause.
 pub(crate) async fn leases_limit_expire_and_renew<S: Store>(store: S) {
     let key = store.lease_key(&unique("leases"));
-    let ttl = Duration::from_millis(200);
+    let ttl = Duration::from_millis(400);
     granted(store.lease(&key, 3, ttl, 10, 2).await.unwrap());
     granted(store.lease(&key, 3, ttl, 20, 1).await.unwrap());
     let retry_at = denied(store.lease(&key, 3, ttl, 30, 1).await.unwrap());
@@ -410,9 +410,9 @@ pub(crate) async fn leases_limit_expire_and_renew<S: Store>(store: S) {
     assert_eq!(store.leases_held(&key).await.unwrap(), 3);
     store.release(&key, 20, 1).await.unwrap();
     granted(store.lease(&key, 3, ttl, 30, 1).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(ttl * 3 / 5).await;
     assert_eq!(store.renew(&key, ttl, &[(10, 2)]).await.unwrap(), 2);
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(ttl * 3 / 5).await;
     // Lease 30 expired unrenewed; leases 10 and 11 were renewed.
     assert_eq!(store.leases_held(&key).await.unwrap(), 2);
     assert_eq!(store.renew(&key, ttl, &[(30, 1)]).await.unwrap(), 0, "lost");
@@ -437,7 +437,7 @@ pub(crate) async fn leases_limit_expire_and_renew<S: Store>(store: S) {
 /// released when dropped.
 pub(crate) async fn leased_limiter_renews_and_releases<S: Store>(store: S) {
     let name = unique("leased");
-    let ttl = Duration::from_millis(150);
+    let ttl = Duration::from_millis(300);
     let limiter = LeasedConcurrencyLimiter::new(store.clone(), name.clone(), 2, ttl).unwrap();
     let Admission::Granted(running) = limiter.try_acquire_many(2).await.unwrap() else {
         panic!("two slots are free");
