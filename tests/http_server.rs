@@ -1,10 +1,13 @@
 //! The server side: over-limit requests get 429 (gRPC: RESOURCE_EXHAUSTED)
-//! with correct headers at once, forged forwarded-for headers mint no new
-//! keys, and a streaming body keeps its slot until it ends.
+//! with correct headers at once, requests take their cost (413 for one that
+//! can never fit), forged forwarded-for headers mint no new keys, and a
+//! streaming body keeps its slot until it ends.
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,7 +19,9 @@ use tower_limits::http::{
     ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, RateLimitPolicy, TooManyRequestsLayer,
     TrustedProxies,
 };
-use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, KeyedLimiter, RateLimiter};
+use tower_limits::{
+    ConcurrencyLimitLayer, ConcurrencyLimiter, KeyedLimiter, RateLimiter, TokenBucketLimiter,
+};
 
 fn per_peer_rate(max: usize, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
     KeyedLimiter::builder(move |peer: &IpAddr| {
@@ -142,6 +147,96 @@ async fn grpc_requests_get_resource_exhausted() {
             .unwrap()
             .contains("30")
     );
+}
+
+/// A layer whose requests cost their `x-cost` header (1 without it), over
+/// a token bucket of 10 per peer refilled at 10 a second.
+fn costed() -> TooManyRequestsLayer<IpAddr, TokenBucketLimiter> {
+    let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
+        TokenBucketLimiter::new(10, 10, Duration::from_secs(1)).expect("valid configuration")
+    })
+    .build()
+    .expect("valid configuration");
+    TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
+        let cost = head
+            .headers
+            .get("x-cost")
+            .and_then(|value| value.to_str().ok());
+        cost.and_then(|cost| cost.parse().ok()).unwrap_or(1)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_takes_its_cost_and_waits_for_all_of_it() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = {
+        let calls = Arc::clone(&calls);
+        service_fn(move |_: Request<()>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(())) }
+        })
+    };
+    let mut service = costed().layer(counted);
+    let costing = |cost: &str| with_header(from("192.0.2.1:1"), "x-cost", cost);
+
+    assert_eq!(
+        send(&mut service, costing("7")).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&mut service, costing("3")).await.status(),
+        StatusCode::OK
+    );
+    // Empty: 4 tokens take 400 ms to come back, advertised as 1 s.
+    let refused = send(&mut service, costing("4")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    tokio::time::advance(Duration::from_millis(399)).await;
+    assert_eq!(
+        send(&mut service, costing("4")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(
+        send(&mut service, costing("4")).await.status(),
+        StatusCode::OK
+    );
+    // Another peer has its own bucket.
+    let other = with_header(from("192.0.2.2:1"), "x-cost", "10");
+    assert_eq!(send(&mut service, other).await.status(), StatusCode::OK);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "refused requests never reach the service"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_that_can_never_fit_is_refused_without_retry_after() {
+    let mut service = costed().layer(hello());
+    let too_large = send(
+        &mut service,
+        with_header(from("192.0.2.1:1"), "x-cost", "11"),
+    )
+    .await;
+    assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(too_large.headers().get("retry-after").is_none());
+
+    let grpc = with_header(from("192.0.2.1:1"), "content-type", "application/grpc");
+    let too_large = send(&mut service, with_header(grpc, "x-cost", "11")).await;
+    assert_eq!(too_large.headers()["grpc-status"], "3", "INVALID_ARGUMENT");
+    let message = too_large.headers()["grpc-message"].to_str().unwrap();
+    assert!(
+        message.contains("11") && message.contains("10"),
+        "{message}"
+    );
+    // Nothing was taken: the whole bucket is still there.
+    let full = send(
+        &mut service,
+        with_header(from("192.0.2.1:1"), "x-cost", "10"),
+    )
+    .await;
+    assert_eq!(full.status(), StatusCode::OK);
 }
 
 #[tokio::test(start_paused = true)]

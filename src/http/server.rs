@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -21,6 +22,7 @@ use super::body::LimitBody;
 use super::peer::{KeyOf, PeerKey};
 use super::ratelimit::{RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus};
 use super::retry_after::RetryAfter;
+use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Limiter};
 use crate::limiters::KeyedLimiter;
 
@@ -29,6 +31,8 @@ use crate::limiters::KeyedLimiter;
 const UNKNOWN_WAIT: Duration = Duration::from_secs(1);
 /// gRPC's `RESOURCE_EXHAUSTED`.
 const GRPC_RESOURCE_EXHAUSTED: &str = "8";
+/// gRPC's `INVALID_ARGUMENT`.
+const GRPC_INVALID_ARGUMENT: &str = "3";
 /// gRPC's `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: &str = "14";
 
@@ -44,6 +48,9 @@ const GRPC_UNAVAILABLE: &str = "14";
 /// * with a [`policy`](TooManyRequestsLayer::policy), `RateLimit` and
 ///   `RateLimit-Policy` headers too, and on admitted responses as well with
 ///   [`headers_on_success`](TooManyRequestsLayer::headers_on_success).
+///
+/// A request costs one unit of its key's limit, or what
+/// [`cost`](TooManyRequestsLayer::cost) reads from its head.
 ///
 /// It builds on [`KeyedLimiter`]: one limiter per key in bounded memory.
 /// The key is the peer address by default ([`PeerKey`], which reads
@@ -102,8 +109,12 @@ const GRPC_UNAVAILABLE: &str = "14";
 pub struct TooManyRequestsLayer<K, L, X = PeerKey> {
     keyed: KeyedLimiter<K, L>,
     key_of: Arc<X>,
+    cost_of: Option<Arc<CostOf>>,
     advertise: Arc<Advertise>,
 }
+
+/// The cost of a request, from its head.
+type CostOf = dyn Fn(&Parts) -> u32 + Send + Sync;
 
 /// What the headers advertise.
 #[derive(Debug, Default)]
@@ -159,8 +170,58 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
         Self {
             keyed,
             key_of: Arc::new(key_of),
+            cost_of: None,
             advertise: Arc::default(),
         }
+    }
+
+    /// Charges each request `cost_of(&request_head)` units of its key's
+    /// limit instead of 1: a batch endpoint, a large upload, an LLM
+    /// request's declared token budget. The head is what there is before
+    /// the body is read: headers, URI, and extensions an earlier layer set.
+    ///
+    /// A request costing more than its key's limiter can ever grant (above
+    /// the burst or capacity) is answered at once with `413 Content Too
+    /// Large` (gRPC: `INVALID_ARGUMENT`) and no `Retry-After`: waiting
+    /// would not help.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::http::TooManyRequestsLayer;
+    /// use tower_limits::{KeyedLimiter, TokenBucketLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 100 items a minute per client, up to 100 at once.
+    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
+    ///     TokenBucketLimiter::new(100, 100, Duration::from_secs(60)).unwrap()
+    /// })
+    /// .build()?;
+    /// // A batch request declares its size in `x-batch-size`.
+    /// let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
+    ///     let size = head.headers.get("x-batch-size").and_then(|value| value.to_str().ok());
+    ///     size.and_then(|size| size.parse().ok()).unwrap_or(1)
+    /// });
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(()))
+    /// }));
+    /// let batch = |size: &str| Request::builder().header("x-batch-size", size).body(()).unwrap();
+    ///
+    /// let response = service.ready().await?.call(batch("80")).await?;
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// let response = service.ready().await?.call(batch("30")).await?; // 20 left
+    /// assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// let response = service.ready().await?.call(batch("500")).await?; // never fits
+    /// assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cost(mut self, cost_of: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+        self.cost_of = Some(Arc::new(cost_of));
+        self
     }
 
     /// Advertises `policy` in `RateLimit-Policy`, and the key's state in
@@ -256,6 +317,7 @@ impl<K, L, X> Clone for TooManyRequestsLayer<K, L, X> {
         Self {
             keyed: self.keyed.clone(),
             key_of: Arc::clone(&self.key_of),
+            cost_of: self.cost_of.clone(),
             advertise: Arc::clone(&self.advertise),
         }
     }
@@ -327,6 +389,11 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let (head, body) = request.into_parts();
         let key = self.layer.key_of.key_of(&head);
+        let cost = self
+            .layer
+            .cost_of
+            .as_ref()
+            .map_or(1, |cost_of| cost_of(&head));
         let grpc = is_grpc(&head.headers);
         let request = Request::from_parts(head, body);
         // The ready service goes into the future; this one takes its place.
@@ -334,7 +401,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let keyed = self.layer.keyed.clone();
         let advertise = Arc::clone(&self.layer.advertise);
-        let admission = keyed.try_acquire(&key);
+        let admission = keyed.try_acquire_many(&key, cost);
         let future = async move {
             let permit = match admission.await {
                 Ok(Admission::Granted(permit)) => permit,
@@ -344,10 +411,7 @@ where
                     });
                     return Ok(advertise.rejection(wait, grpc));
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "limiter failed: answering 503");
-                    return Ok(unavailable(grpc));
-                }
+                Err(error) => return Ok(refusal(&error, grpc)),
             };
             let headers = advertise.on_admission(&keyed.limiter(&key)).await;
             let mut response = inner.call(request).await?;
@@ -449,6 +513,22 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 /// The answer when the limiter failed.
+/// The answer to a request the limiter failed on: 413 for a cost it can
+/// never grant, else 503.
+fn refusal<B>(error: &LimiterError, grpc: bool) -> Response<LimitBody<B>> {
+    let Some(too_high) = error.get_ref().downcast_ref::<CostTooHigh>() else {
+        tracing::warn!(%error, "limiter failed: answering 503");
+        return unavailable(grpc);
+    };
+    let mut response = Response::new(LimitBody::empty());
+    if grpc {
+        grpc_status(&mut response, GRPC_INVALID_ARGUMENT, &too_high.to_string());
+    } else {
+        *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+    }
+    response
+}
+
 fn unavailable<B>(grpc: bool) -> Response<LimitBody<B>> {
     let mut response = Response::new(LimitBody::empty());
     if grpc {
