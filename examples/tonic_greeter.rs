@@ -7,11 +7,11 @@
 //! No `protoc`: the messages derive `prost::Message` by hand and the service
 //! uses tonic's codegen-free `tonic::server::Grpc` / `tonic::client::Grpc`.
 //!
-//! Run it with `cargo run --example tonic_greeter --features http`.
+//! Run it with `cargo run --example tonic_greeter --features tonic`.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use http::uri::PathAndQuery;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::body::Body;
-use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
@@ -98,13 +98,6 @@ impl Service<http::Request<Body>> for Greeter {
     }
 }
 
-/// The peer address tonic records for each connection.
-fn peer_of(head: &http::request::Parts) -> IpAddr {
-    let info = head.extensions.get::<TcpConnectInfo>();
-    let addr = info.and_then(TcpConnectInfo::remote_addr);
-    addr.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip())
-}
-
 /// Serves the greeter on a loopback port: one call per client every 2 s.
 async fn serve() -> Result<SocketAddr, BoxError> {
     let per_client = KeyedLimiter::builder(|peer: &IpAddr| {
@@ -117,7 +110,7 @@ async fn serve() -> Result<SocketAddr, BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = Server::builder()
-        .layer(TooManyRequestsLayer::with_key(per_client, peer_of))
+        .layer(TooManyRequestsLayer::new(per_client)) // keyed by tonic's TcpConnectInfo
         .add_service(Greeter)
         .serve_with_incoming(TcpIncoming::from(listener));
     tokio::spawn(server);

@@ -4,16 +4,17 @@
 // Each client example brings the loopback upstream of `examples/common`.
 #![allow(clippy::duplicate_mod)]
 
-use std::time::Duration;
-
+#[cfg(feature = "tonic")]
 #[path = "../examples/tonic_greeter.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod tonic_greeter;
 
+#[cfg(feature = "tonic")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tonic_client_obeys_resource_exhausted_from_a_limited_tonic_server() {
-    let summary = tonic_greeter::run().await.expect("the example runs");
+    use std::time::Duration;
     use tonic::Code;
+    let summary = tonic_greeter::run().await.expect("the example runs");
     assert_eq!(summary.codes, [Code::Ok, Code::ResourceExhausted, Code::Ok]);
     // The third call waited for the server's Retry-After (2 s, rounded up).
     assert!(

@@ -13,7 +13,8 @@ use crate::error::ConfigError;
 /// The address of the connection's peer, as a request extension.
 ///
 /// Insert it where connections are accepted (a plain hyper server); axum's
-/// `ConnectInfo<SocketAddr>` is read as well with the `axum` feature.
+/// `ConnectInfo<SocketAddr>` is read as well with the `axum` feature, and
+/// tonic's `TcpConnectInfo` with the `tonic` feature.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -180,8 +181,9 @@ fn same_prefix(addr: u128, network: u128, prefix: u8, bits: u32) -> bool {
 /// The peer address of a request, as the key of a per-client limit: the
 /// default key of [`TooManyRequestsLayer`](super::TooManyRequestsLayer).
 ///
-/// It is read from the connection ([`PeerAddr`], or axum's
-/// `ConnectInfo<SocketAddr>` with the `axum` feature), which a client cannot
+/// It is read from the connection ([`PeerAddr`], axum's
+/// `ConnectInfo<SocketAddr>` with the `axum` feature, or tonic's
+/// `TcpConnectInfo` with the `tonic` feature), which a client cannot
 /// forge. Requests whose peer is unknown share one key, `::` (serve with
 /// connection info to avoid that).
 ///
@@ -341,7 +343,7 @@ fn connection_peer(head: &Parts) -> Option<IpAddr> {
     if let Some(PeerAddr(addr)) = head.extensions.get::<PeerAddr>() {
         return Some(addr.ip());
     }
-    axum_peer(head)
+    axum_peer(head).or_else(|| tonic_peer(head))
 }
 
 #[cfg(feature = "axum")]
@@ -354,6 +356,18 @@ fn axum_peer(head: &Parts) -> Option<IpAddr> {
 
 #[cfg(not(feature = "axum"))]
 fn axum_peer(_head: &Parts) -> Option<IpAddr> {
+    None
+}
+
+#[cfg(feature = "tonic")]
+fn tonic_peer(head: &Parts) -> Option<IpAddr> {
+    use tonic::transport::server::TcpConnectInfo;
+    let info = head.extensions.get::<TcpConnectInfo>()?;
+    Some(info.remote_addr()?.ip())
+}
+
+#[cfg(not(feature = "tonic"))]
+fn tonic_peer(_head: &Parts) -> Option<IpAddr> {
     None
 }
 
@@ -408,6 +422,22 @@ fn parse_node(node: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn reads_the_peer_tonic_records() {
+        use tonic::transport::server::TcpConnectInfo;
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert(TcpConnectInfo {
+            local_addr: "127.0.0.1:50051".parse().ok(),
+            remote_addr: "198.51.100.9:40000".parse().ok(),
+        });
+        let (head, ()) = request.into_parts();
+        assert_eq!(
+            PeerKey::new().key_of(&head),
+            "198.51.100.9".parse::<IpAddr>().unwrap()
+        );
+    }
 
     #[test]
     fn parses_nodes_as_proxies_write_them() {

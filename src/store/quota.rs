@@ -198,6 +198,8 @@ impl Quota {
         }
     }
 
+    /// What the server-side stores dispatch on.
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     pub(crate) fn kind(&self) -> QuotaKind {
         self.kind
     }
