@@ -1,10 +1,11 @@
 //! [`KeyedLimiter`]: one limit per key (tenant, API key, route, peer), in
 //! bounded memory.
 
+use std::collections::VecDeque;
+use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use std::{cmp, fmt};
 
 use hashbrown::HashTable;
 
@@ -35,7 +36,8 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// keys, each with its own lock and its own share of the bound. When a new key
 /// arrives and its shard is full,
 /// keys unused for [`idle_timeout`](KeyedLimiterBuilder::idle_timeout)
-/// (default 10 minutes) are forgotten, and if none is idle, the least recently
+/// (default 10 minutes; see [`evict_idle`](KeyedLimiter::evict_idle) for how
+/// precisely) are forgotten, and if none is idle, the least recently
 /// used eighth of that shard is. A forgotten key's next call starts from a fresh
 /// limiter: a key flood cannot grow memory past the bound, at the price of
 /// forgetting the history of the least active keys. Size the bound above the
@@ -119,9 +121,29 @@ struct KeyedInner<K, L> {
 
 /// One lock's share of the keys. The key's hash, computed once per call,
 /// picks the shard and finds the entry within it.
+///
+/// A use is stamped with a count, not a clock reading, so a call on a known
+/// key reads no clock (the limiter reads its own). What a count means in
+/// time comes from the checkpoints taken when the clock is read anyway: for
+/// a new key, and by [`KeyedLimiter::evict_idle`].
 struct Shard<K, L> {
     entries: HashTable<Entry<K, L>>,
+    /// How many uses so far: the stamp of the latest.
+    uses: u64,
+    /// Oldest first, at most [`CHECKPOINTS`]; see [`Shard::checkpoint`].
+    checkpoints: VecDeque<Checkpoint>,
 }
+
+/// Every use stamped up to `uses` happened at or before `nanos`.
+#[derive(Clone, Copy)]
+struct Checkpoint {
+    uses: u64,
+    nanos: u64,
+}
+
+/// Every other checkpoint is at least an eighth of the idle timeout past
+/// the one before it: 32 span about two timeouts.
+const CHECKPOINTS: usize = 32;
 
 struct Entry<K, L> {
     key: K,
@@ -131,7 +153,7 @@ struct Entry<K, L> {
     /// The key's line of waiting callers, made for the first caller of
     /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
     queue: Option<Arc<Queue>>,
-    /// Nanoseconds since the clock's epoch.
+    /// The shard's use count at the key's latest use.
     last_used: u64,
 }
 
@@ -212,13 +234,17 @@ where
     #[inline]
     fn with_entry<T>(&self, key: &K, use_entry: impl FnOnce(&mut Entry<K, L>) -> T) -> T {
         let inner = &*self.inner;
-        let now = inner.clock.now_nanos();
         let hash = inner.hasher.hash_one(key);
-        let mut shard = inner.shard(hash);
+        let mut guard = inner.shard(hash);
+        let shard = &mut *guard;
+        shard.uses += 1;
+        let stamp = shard.uses;
         if let Some(entry) = shard.find_mut(hash, key) {
-            entry.last_used = now;
+            entry.last_used = stamp;
             return use_entry(entry);
         }
+        let now = inner.clock.now_nanos();
+        shard.checkpoint(now, inner.idle_timeout);
         if shard.entries.len() >= inner.keys_per_shard {
             shard.make_room(now, inner.idle_timeout);
         }
@@ -227,7 +253,7 @@ where
             hash,
             limiter: (inner.make)(key),
             queue: None,
-            last_used: now,
+            last_used: stamp,
         };
         let entry = shard.entries.insert_unique(hash, entry, |entry| entry.hash);
         use_entry(entry.into_mut())
@@ -331,9 +357,16 @@ where
         self.len() == 0
     }
 
-    /// Forgets every key unused for longer than the idle timeout now,
+    /// Forgets the keys unused for longer than the idle timeout now,
     /// instead of waiting for the map to fill. Returns how many were
     /// forgotten.
+    ///
+    /// A key is never forgotten within the idle timeout of its last use.
+    /// Uses of known keys read no clock, so a key's idleness is known from
+    /// the clock readings around it: a key unused since an earlier call of
+    /// `evict_idle` (or since a new key arrived) is surely forgotten once
+    /// the timeout and an eighth of it have passed since then. Call it
+    /// periodically to free the memory of idle keys early.
     ///
     /// ```
     /// use std::time::Duration;
@@ -358,7 +391,11 @@ where
         inner
             .shards
             .iter()
-            .map(|shard| lock(shard).evict_idle(now, inner.idle_timeout))
+            .map(|shard| {
+                let mut shard = lock(shard);
+                shard.checkpoint(now, inner.idle_timeout);
+                shard.evict_idle(now, inner.idle_timeout)
+            })
             .sum()
     }
 }
@@ -383,11 +420,51 @@ impl<K: Eq, L> Shard<K, L> {
         self.entries.find_mut(hash, |entry| entry.key == *key)
     }
 
-    /// Forgets keys unused since `now - idle_timeout`; how many.
+    /// Records that every use so far happened at or before `now`. The
+    /// latest checkpoint moves forward until it is an eighth of
+    /// `idle_timeout` past the one before; then a new one starts, so the
+    /// checkpoints reach about two idle timeouts back.
+    fn checkpoint(&mut self, now: u64, idle_timeout: u64) {
+        let checkpoint = Checkpoint {
+            uses: self.uses,
+            nanos: now,
+        };
+        let len = self.checkpoints.len();
+        if self
+            .checkpoints
+            .back()
+            .is_some_and(|latest| latest.uses == checkpoint.uses)
+        {
+            return; // nothing used since
+        }
+        let spacing = idle_timeout / 8;
+        let moves = len >= 2 && now.saturating_sub(self.checkpoints[len - 2].nanos) < spacing;
+        if moves {
+            self.checkpoints[len - 1] = checkpoint;
+            return;
+        }
+        if len == CHECKPOINTS {
+            self.checkpoints.pop_front();
+        }
+        self.checkpoints.push_back(checkpoint);
+    }
+
+    /// Forgets keys known to be unused since `now - idle_timeout`: those
+    /// last used no later than the newest checkpoint that old. How many.
     fn evict_idle(&mut self, now: u64, idle_timeout: u64) -> usize {
+        let idle_since = self
+            .checkpoints
+            .iter()
+            .rev()
+            .find(|checkpoint| now.saturating_sub(checkpoint.nanos) >= idle_timeout);
+        let Some(&Checkpoint {
+            uses: idle_up_to, ..
+        }) = idle_since
+        else {
+            return 0;
+        };
         let before = self.entries.len();
-        self.entries
-            .retain(|entry| now.saturating_sub(entry.last_used) < idle_timeout);
+        self.entries.retain(|entry| entry.last_used > idle_up_to);
         before - self.entries.len()
     }
 
@@ -398,21 +475,12 @@ impl<K: Eq, L> Shard<K, L> {
         if self.evict_idle(now, idle_timeout) > 0 {
             return;
         }
-        let mut ages: Vec<u64> = self.entries.iter().map(|entry| entry.last_used).collect();
-        // The least recently used eighth: every entry used before the
-        // count-th oldest use, and as many used at that instant as it takes.
-        let count = (ages.len() / 8).max(1);
-        let (_, &mut cutoff, _) = ages.select_nth_unstable(count - 1);
-        let mut ties = count - ages.iter().filter(|&&age| age < cutoff).count();
-        self.entries
-            .retain(|entry| match entry.last_used.cmp(&cutoff) {
-                cmp::Ordering::Less => false,
-                cmp::Ordering::Equal if ties > 0 => {
-                    ties -= 1;
-                    false
-                }
-                _ => true,
-            });
+        let mut stamps: Vec<u64> = self.entries.iter().map(|entry| entry.last_used).collect();
+        // The least recently used eighth: stamps are unique, so every entry
+        // stamped up to the count-th oldest stamp.
+        let count = (stamps.len() / 8).max(1);
+        let (_, &mut cutoff, _) = stamps.select_nth_unstable(count - 1);
+        self.entries.retain(|entry| entry.last_used > cutoff);
     }
 }
 
@@ -563,6 +631,8 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
                     .map(|_| {
                         Mutex::new(Shard {
                             entries: HashTable::new(),
+                            uses: 0,
+                            checkpoints: VecDeque::with_capacity(CHECKPOINTS),
                         })
                     })
                     .collect(),
@@ -581,5 +651,87 @@ impl<K, L> fmt::Debug for KeyedLimiterBuilder<K, L> {
             .field("max_keys", &self.max_keys)
             .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::limiters::NullLimiter;
+
+    const IDLE: Duration = Duration::from_secs(60);
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Use(u8),
+        Advance(u64),
+        EvictIdle,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..6_u8).prop_map(Op::Use),
+            3 => (0..90_u64).prop_map(Op::Advance),
+            1 => Just(Op::EvictIdle),
+        ]
+    }
+
+    /// Whether `keyed` holds `key`, without using it.
+    fn holds(keyed: &KeyedLimiter<u8, NullLimiter>, key: u8) -> bool {
+        let shards = keyed.inner.shards.iter();
+        shards
+            .map(lock)
+            .any(|shard| shard.entries.iter().any(|entry| entry.key == key))
+    }
+
+    proptest! {
+        /// `evict_idle` never forgets a key used within the idle timeout,
+        /// however its uses came (known keys take no clock reading), and
+        /// forgets a key unused since an earlier `evict_idle` once 9/8 of
+        /// the timeout (the checkpoints' spacing) has passed since that call.
+        #[test]
+        fn evict_idle_forgets_idle_keys_and_never_a_recent_one(ops in prop::collection::vec(op(), 1..80)) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let keyed = KeyedLimiter::builder(|_: &u8| NullLimiter).idle_timeout(IDLE).build().unwrap();
+                let start = tokio::time::Instant::now();
+                // Per key: the op index and time of its latest use.
+                let mut last_use: HashMap<u8, (usize, Duration)> = HashMap::new();
+                let mut evictions: Vec<(usize, Duration)> = Vec::new();
+                for (index, op) in ops.into_iter().enumerate() {
+                    let now = start.elapsed();
+                    match op {
+                        Op::Use(key) => {
+                            keyed.limiter(&key);
+                            last_use.insert(key, (index, now));
+                        }
+                        Op::Advance(secs) => tokio::time::advance(Duration::from_secs(secs)).await,
+                        Op::EvictIdle => {
+                            keyed.evict_idle();
+                            for (&key, &(used_at, used)) in &last_use {
+                                if now - used < IDLE {
+                                    assert!(holds(&keyed, key), "key {key} used {:?} ago was forgotten", now - used);
+                                }
+                                let provably_idle = evictions
+                                    .iter()
+                                    .any(|&(call, at)| used_at < call && now - at >= IDLE * 9 / 8);
+                                if provably_idle {
+                                    assert!(!holds(&keyed, key), "key {key} unused for {:?} was kept", now - used);
+                                }
+                            }
+                            evictions.push((index, now));
+                        }
+                    }
+                }
+            });
+        }
     }
 }
