@@ -20,7 +20,7 @@
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
-//! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store](store) (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
+//! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store] (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
 //! | [`LeasedConcurrencyLimiter`] | fewer than `max` leases are held across processes; leases expire unless renewed |
 //! | [`Failover`] | its store-backed limiter admits it, or, while the store is down, its [`OutagePolicy`] does |
 //!

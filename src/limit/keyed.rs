@@ -329,7 +329,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     }
 
     /// Never wait: a request its key's limiter denies fails at once with
-    /// [`Rejected`].
+    /// [`Rejected`](crate::error::Rejected).
     ///
     /// ```
     /// use std::convert::Infallible;
