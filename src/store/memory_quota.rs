@@ -47,8 +47,7 @@ impl fmt::Debug for MemoryQuotaKey {
 }
 
 impl MemoryStore {
-    /// Runs `act` on the limiter of `key` for `quota`: a new one (full
-    /// capacity) the first time, or when the quota changed.
+    /// Runs `act` on the limiter of `key` for `quota`.
     fn with_limiter<T>(
         &self,
         key: &MemoryQuotaKey,
@@ -58,6 +57,8 @@ impl MemoryStore {
         LimiterFuture::ready(self.limiter(key, quota).and_then(|limiter| act(&*limiter)))
     }
 
+    /// The limiter of `key` for `quota`: a new one (full capacity) the
+    /// first time, or when the quota changed.
     fn limiter(
         &self,
         key: &MemoryQuotaKey,
