@@ -1,6 +1,6 @@
 //! Redis for the tests: the shared server named by `REDIS_URL`, private
-//! `redis-server`s on free loopback ports, a private three-master Redis
-//! Cluster, and a fake server that answers garbage.
+//! `redis-server`s on free loopback ports, private Redis Clusters of three
+//! masters (with replicas if asked), and a fake server that answers garbage.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -151,7 +151,10 @@ redis-server "$@" & server=$!
 read -r _
 kill "$server"; wait "$server"; rm -rf "$dir""#;
 
-    fn start(port: u16) -> Self {
+    /// A node on `port`; one that cannot reach a peer for `node_timeout`
+    /// counts it as failing (and a replica takes over a failed master).
+    fn start(port: u16, node_timeout: Duration) -> Self {
+        let timeout_arg = node_timeout.as_millis().to_string();
         let dir = std::env::temp_dir().join(unique(&format!("redis-cluster-{port}")));
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir
@@ -164,6 +167,7 @@ kill "$server"; wait "$server"; rm -rf "$dir""#;
             .args(["-c", Self::GUARD, "sh", &dir])
             .args(["--port", &port_arg, "--bind", "127.0.0.1", "--dir", &dir])
             .args(["--cluster-enabled", "yes", "--cluster-config-file", &conf])
+            .args(["--cluster-node-timeout", &timeout_arg])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -183,11 +187,14 @@ impl Drop for ClusterNode {
     }
 }
 
-/// A Redis Cluster of three masters (no replicas) on free loopback ports,
-/// private to one test binary.
+/// A Redis Cluster of three masters on free loopback ports, each with
+/// `replicas` replicas, private to one test binary.
 pub(crate) struct RedisCluster {
     nodes: Vec<ClusterNode>,
 }
+
+/// Redis's default: a node is failing after 15 s of silence.
+const NODE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl RedisCluster {
     /// The binary's cluster, started on first use (`redis-server
@@ -199,7 +206,7 @@ impl RedisCluster {
         static CLUSTER: OnceLock<Result<RedisCluster, String>> = OnceLock::new();
         redis_binaries(what)?;
         let started = CLUSTER.get_or_init(|| {
-            std::panic::catch_unwind(Self::start).map_err(|panic| {
+            std::panic::catch_unwind(|| Self::start(0, NODE_TIMEOUT)).map_err(|panic| {
                 let message = panic.downcast_ref::<String>().map(String::as_str);
                 let message = message.or_else(|| panic.downcast_ref::<&str>().copied());
                 message.unwrap_or("a panic").to_owned()
@@ -211,8 +218,19 @@ impl RedisCluster {
         }
     }
 
-    fn start() -> Self {
-        let nodes: Vec<_> = (0..3).map(|_| ClusterNode::start(free_port())).collect();
+    /// A cluster of this test's own: three masters with `replicas`
+    /// replicas each, where a master silent for `node_timeout` fails over
+    /// to a replica. `None` if the Redis binaries are missing (see
+    /// [`redis_binaries`]).
+    pub(crate) fn private(what: &str, replicas: usize, node_timeout: Duration) -> Option<Self> {
+        redis_binaries(what)?;
+        Some(Self::start(replicas, node_timeout))
+    }
+
+    fn start(replicas: usize, node_timeout: Duration) -> Self {
+        let nodes: Vec<_> = (0..3 * (1 + replicas))
+            .map(|_| ClusterNode::start(free_port(), node_timeout))
+            .collect();
         let addresses: Vec<_> = nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
@@ -220,7 +238,7 @@ impl RedisCluster {
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli");
@@ -254,7 +272,12 @@ impl RedisCluster {
         }
     }
 
-    /// The URL of each master.
+    /// Stops the node listening on `port`, as a crash would for its peers.
+    pub(crate) fn stop(&mut self, port: u16) {
+        self.nodes.retain(|node| node.port != port);
+    }
+
+    /// The URL of each node.
     pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
