@@ -219,6 +219,13 @@ impl RedisStore {
     /// move, and loads its scripts on every node (a node that answers
     /// `NOSCRIPT`, after a restart or a failover, gets them again).
     ///
+    /// When a master dies, calls on its slots fail with a [`StoreError`]
+    /// (what a [`Failover`](crate::Failover) policy is for) until a replica
+    /// takes over; then the store carries on by itself. Redis replicates
+    /// asynchronously: grants the dead master had not yet passed to its
+    /// replica are forgotten, so right after a failover a limit can admit
+    /// up to that many calls too many.
+    ///
     /// ```no_run
     /// use tower_limits::store::RedisStore;
     ///
