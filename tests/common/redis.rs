@@ -99,6 +99,7 @@ fn wait_until_up(port: u16) {
                 return;
             }
         }
+        // A real process is starting: paused tokio time cannot hurry it.
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("redis-server on port {port} did not start");
@@ -267,6 +268,7 @@ impl RedisCluster {
                     std::time::Instant::now() < deadline,
                     "{url} never reported cluster_state:ok"
                 );
+                // Real servers agreeing on slots: paused time cannot apply.
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
