@@ -98,7 +98,7 @@ pub async fn run() -> Result<(Vec<Answer>, bool), BoxError> {
     }
     // The client's key exists already if `ConnectInfo` was read.
     let keys = per_peer.len();
-    per_peer.limiter(&IpAddr::V4(Ipv4Addr::LOCALHOST));
+    per_peer.limiter(&IpAddr::V4(Ipv4Addr::LOCALHOST))?;
     Ok((answers, per_peer.len() == keys))
 }
 

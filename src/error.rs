@@ -266,7 +266,9 @@ impl std::error::Error for CostTooHigh {}
 /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 1)?;
 /// let start = Instant::now();
 /// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
-/// assert!(matches!(bucket.try_acquire().await?, Admission::Denied(_))); // queued: its slot is in 1 s
+/// // Booked: its slot is in 1 s; the denial holds its place in the queue.
+/// let queued = bucket.try_acquire().await?;
+/// assert!(matches!(queued, Admission::Denied(_)));
 ///
 /// let error = bucket.try_acquire().await.unwrap_err();
 /// let full = error.get_ref().downcast_ref::<BucketFull>().expect("the queue is full");
@@ -312,7 +314,7 @@ impl BucketFull {
     /// // One call a second, up to 3 units queued behind the drip.
     /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 3)?;
     /// drop(bucket.try_acquire_many(1).await?); // drips now
-    /// drop(bucket.try_acquire_many(3).await?); // queued: fills the queue
+    /// let _queued = bucket.try_acquire_many(3).await?; // booked: fills the queue
     /// let error = bucket.try_acquire().await.unwrap_err();
     /// let full = error.get_ref().downcast_ref::<BucketFull>();
     /// assert_eq!(full.map(BucketFull::capacity), Some(3));
@@ -337,7 +339,7 @@ impl BucketFull {
     /// // One call every 2 s, one more may wait.
     /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(2), 1)?;
     /// drop(bucket.try_acquire().await?);
-    /// drop(bucket.try_acquire().await?); // queued behind the first
+    /// let _queued = bucket.try_acquire().await?; // booked behind the first
     /// let error = bucket.try_acquire().await.unwrap_err();
     /// let full = error.get_ref().downcast_ref::<BucketFull>().expect("the queue is full");
     /// let retry_after = full.retry_at().saturating_duration_since(Instant::now());
@@ -361,6 +363,74 @@ impl fmt::Display for BucketFull {
 }
 
 impl std::error::Error for BucketFull {}
+
+/// A [`KeyedLimiter`](crate::KeyedLimiter) holds as many keys as it may,
+/// and every one of them is in use (a call is running or waiting on it, or
+/// a handle to its limiter is held), so a new key cannot be taken in without
+/// forgetting a running call.
+///
+/// It arrives inside a [`LimiterError`] from the keyed limiter's
+/// `try_acquire`, and from its `limiter`. Raise
+/// [`max_keys`](crate::KeyedLimiterBuilder::max_keys) above the number of
+/// keys with calls in flight at once, or treat it as overload.
+///
+/// ```
+/// use tower_limits::error::KeysFull;
+/// use tower_limits::{Admission, ConcurrencyLimiter, KeyedLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_peer = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap())
+///     .max_keys(1)
+///     .build()?;
+/// let Admission::Granted(_running) = per_peer.try_acquire(&1).await? else { unreachable!() };
+/// let error = per_peer.try_acquire(&2).await.unwrap_err();
+/// let full = error.get_ref().downcast_ref::<KeysFull>().expect("every key is busy");
+/// assert_eq!(full.max_keys(), 1);
+/// assert_eq!(
+///     full.to_string(),
+///     "keyed limiter full: all 1 keys of the new key's shard have calls running; raise max_keys"
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeysFull {
+    max_keys: usize,
+}
+
+impl KeysFull {
+    /// A keyed limiter whose shard of `max_keys` keys is all in use.
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::error::KeysFull::new(64).max_keys(), 64);
+    /// ```
+    pub fn new(max_keys: usize) -> Self {
+        Self { max_keys }
+    }
+
+    /// How many keys the new key's shard holds at most (the keyed limiter's
+    /// `max_keys`, shared out among its shards).
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::error::KeysFull::new(8).max_keys(), 8);
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+impl fmt::Display for KeysFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "keyed limiter full: all {} keys of the new key's shard have calls running; raise max_keys",
+            self.max_keys
+        )
+    }
+}
+
+impl std::error::Error for KeysFull {}
 
 impl fmt::Display for LimiterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -12,7 +12,7 @@
 //! | [`ConcurrencyLimiter`] | fewer than `max` calls are running |
 //! | [`RateLimiter`] | fewer than `max` calls started in the sliding window; backs off with jitter once it fills |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
-//! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start, less the mean call duration |
+//! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start (cost × that, after a costly call), whatever the number of callers and the call duration |
 //! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell) |
 //! | [`TokenBucketLimiter`] | the bucket holds enough tokens; it refills at a steady rate up to its capacity |
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
@@ -91,6 +91,7 @@ pub mod limit;
 mod limiter;
 mod limiters;
 pub mod rate;
+mod start_log;
 pub mod store;
 
 pub use clock::Clock;

@@ -485,6 +485,14 @@ pub trait Limiter: Send + Sync + 'static {
     /// default keeps the estimate (the permit is unchanged); the limiters of
     /// this crate settle.
     ///
+    /// `actual` often comes from outside (an upstream's usage report), so
+    /// the limiters of this crate **clamp it to the most they can ever
+    /// grant** (a window's limit, a bucket's capacity, the concurrency
+    /// maximum): past that the limiter is simply full, and a wrong or
+    /// hostile number can hold it for at most about one full window or
+    /// refill, never allocate in proportion to it. The permit's
+    /// [`cost`](Permit::cost) says what was charged.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::{Admission, Limiter, RateLimiter};
@@ -507,6 +515,34 @@ pub trait Limiter: Send + Sync + 'static {
     /// ```
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let _ = (permit, actual);
+    }
+
+    /// Whether anything besides this handle depends on the limiter's state:
+    /// the permit of a running call that will report its completion, a
+    /// caller waiting on it, or another handle (a clone).
+    ///
+    /// A [`KeyedLimiter`](crate::KeyedLimiter) never forgets a key whose
+    /// limiter is in use, so a call that is still running keeps counting.
+    /// The limiters of this crate answer it; the default, `false`, suits a
+    /// limiter whose permits hold nothing. Implement it if yours counts
+    /// completions.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, Limiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(2)?;
+    /// assert!(!limiter.is_in_use());
+    /// let running = limiter.acquire().await?;
+    /// assert!(limiter.is_in_use()); // the running call's permit
+    /// drop(running);
+    /// assert!(!limiter.is_in_use());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn is_in_use(&self) -> bool {
+        false
     }
 
     /// The `Duration` form of
@@ -576,6 +612,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     fn settle(&self, permit: &mut Permit, actual: u32) {
         (**self).settle(permit, actual);
     }
+    fn is_in_use(&self) -> bool {
+        (**self).is_in_use()
+    }
 }
 
 /// The answer of [`Limiter::try_acquire`].
@@ -634,10 +673,50 @@ pub enum Admission {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// A denial can also hold a place booked for the caller (a
+/// [`LeakyBucketLimiter`](crate::LeakyBucketLimiter)'s slot): the place is
+/// given back when the denial is dropped, or once [`wait`](Denial::wait)
+/// ends, so a caller that gives up holds nothing.
 #[derive(Debug)]
 pub struct Denial {
     retry_at: Option<Instant>,
     released: Option<ReleaseListener>,
+    booking: Option<Booking>,
+}
+
+/// A place a limiter booked for a denied caller, given back on drop.
+pub(crate) struct Booking {
+    booked: Arc<dyn Unbook>,
+    /// What the limiter needs to give the place back (as a permit's token).
+    token: u64,
+}
+
+/// A limiter that books places for denied callers.
+pub(crate) trait Unbook: Send + Sync + 'static {
+    /// Gives back the place booked with `token` for a caller that no longer
+    /// waits.
+    fn unbook(&self, token: u64);
+}
+
+impl Booking {
+    pub(crate) fn new(booked: Arc<dyn Unbook>, token: u64) -> Self {
+        Self { booked, token }
+    }
+}
+
+impl Drop for Booking {
+    fn drop(&mut self) {
+        self.booked.unbook(self.token);
+    }
+}
+
+impl fmt::Debug for Booking {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Booking")
+            .field("token", &self.token)
+            .finish()
+    }
 }
 
 impl Denial {
@@ -654,6 +733,7 @@ impl Denial {
         Self {
             retry_at: Some(at),
             released: None,
+            booking: None,
         }
     }
 
@@ -671,6 +751,7 @@ impl Denial {
         Self {
             retry_at: None,
             released: Some(listener),
+            booking: None,
         }
     }
 
@@ -696,11 +777,18 @@ impl Denial {
         self
     }
 
+    /// The same denial, holding `booking` until it is dropped or waited out.
+    pub(crate) fn holding(mut self, booking: Booking) -> Self {
+        self.booking = Some(booking);
+        self
+    }
+
     /// A denial that [`ReleaseEvent::decide`] completes with a listener.
     pub(crate) fn until_release() -> Self {
         Self {
             retry_at: None,
             released: None,
+            booking: None,
         }
     }
 
@@ -731,7 +819,9 @@ impl Denial {
     }
 
     /// Waits until the call may be retried: the named instant, or the release
-    /// event. Cancel safe: dropping the future holds nothing.
+    /// event. Cancel safe: dropping the future holds nothing. A place the
+    /// denial held is given back when the wait ends, just before the caller
+    /// asks again.
     ///
     /// ```
     /// use tower_limits::Denial;
@@ -745,7 +835,13 @@ impl Denial {
     /// # }
     /// ```
     pub async fn wait(self) {
-        match (self.retry_at, self.released) {
+        // The booking stays held until the wait is over.
+        let Self {
+            retry_at,
+            released,
+            booking: _booking,
+        } = self;
+        match (retry_at, released) {
             (Some(at), Some(mut released)) => tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = &mut released.listener => {}
@@ -1070,6 +1166,9 @@ enum PermitKind {
         token: u64,
     },
     Many(Vec<Permit>),
+    /// A second limiter's grant, kept apart from the wrapping limiter's own
+    /// (a [`Failover`](crate::Failover)'s fallback).
+    Wrapped(Box<Permit>),
 }
 
 impl Permit {
@@ -1145,6 +1244,34 @@ impl Permit {
         }
     }
 
+    /// `permit`, wrapped so that its limiter's wrapper can tell it from its
+    /// own grants.
+    pub(crate) fn wrap(permit: Permit) -> Self {
+        Self {
+            cost: permit.cost,
+            kind: PermitKind::Wrapped(Box::new(permit)),
+        }
+    }
+
+    /// The permit inside a [`Permit::wrap`], if this is one.
+    pub(crate) fn wrapped_mut(&mut self) -> Option<&mut Permit> {
+        match &mut self.kind {
+            PermitKind::Wrapped(permit) => Some(permit),
+            _ => None,
+        }
+    }
+
+    /// The permit inside a [`Permit::wrap`]; otherwise the permit itself.
+    pub(crate) fn unwrap_wrapped(mut self) -> Result<Permit, Permit> {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Wrapped(permit) => Ok(*permit),
+            kind => {
+                self.kind = kind;
+                Err(self)
+            }
+        }
+    }
+
     /// The token given to [`Permit::new`] or [`Permit::with_token`].
     ///
     /// ```
@@ -1157,7 +1284,7 @@ impl Permit {
     pub fn token(&self) -> Option<u64> {
         match self.kind {
             PermitKind::Token(token) | PermitKind::Held { token, .. } => Some(token),
-            PermitKind::Unit | PermitKind::Many(_) => None,
+            PermitKind::Unit | PermitKind::Many(_) | PermitKind::Wrapped(_) => None,
         }
     }
 
@@ -1224,6 +1351,7 @@ impl Permit {
         match std::mem::replace(&mut self.kind, PermitKind::Unit) {
             PermitKind::Held { release, token } => release.refund(token),
             PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund_held),
+            PermitKind::Wrapped(permit) => permit.refund_held(),
             PermitKind::Unit | PermitKind::Token(_) => {}
         }
     }
@@ -1260,6 +1388,7 @@ impl fmt::Debug for Permit {
                 f.debug_struct("Permit").field("token", token).finish()
             }
             PermitKind::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),
+            PermitKind::Wrapped(permit) => f.debug_tuple("Permit").field(permit).finish(),
         }
     }
 }

@@ -256,14 +256,18 @@ async fn settling_below_the_estimate_gives_the_difference_back() {
 async fn settling_above_the_estimate_charges_the_difference() {
     let start = Instant::now();
     let rate = window(10, secs(1));
-    let _call = settle_to(&rate, 2, 12).await;
+    let _other = grant(&rate, 5).await;
+    let _call = settle_to(&rate, 2, 10).await;
     // Over the limit for a while: nothing fits until the window slides.
     assert_eq!(denied_until(&rate, 1).await, Some(start + secs(1)));
 
     let concurrency = ConcurrencyLimiter::new(2).unwrap();
-    let call = settle_to(&concurrency, 1, 3).await;
-    assert_eq!(concurrency.running(), 3);
+    let other = grant(&concurrency, 1).await;
+    let call = settle_to(&concurrency, 1, 2).await;
+    assert_eq!(concurrency.running(), 3, "past the maximum while it runs");
     drop(call);
+    assert_eq!(concurrency.running(), 1);
+    drop(other);
     assert_eq!(concurrency.running(), 0);
 
     let delay = DelayLimiter::new(Duration::from_millis(100)).unwrap();
@@ -307,7 +311,15 @@ async fn the_keyed_layer_settles_with_the_cost_the_response_reports() {
     }
     // Without settling, the second call would have waited a second.
     assert_eq!(start.elapsed(), Duration::ZERO);
-    assert!(tokens.limiter(&1).peek(50).await.unwrap().is_none());
+    assert!(
+        tokens
+            .limiter(&1)
+            .unwrap()
+            .peek(50)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 mod plain_layer {

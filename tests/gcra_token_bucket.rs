@@ -342,8 +342,9 @@ async fn settle_gives_back_a_lower_cost_and_charges_a_higher_one() {
 
     // A charge past the capacity: later calls wait for it.
     let start = Instant::now();
-    let mut batch = take(&limiter, 10).unwrap();
-    limiter.settle(&mut batch, 13);
+    let mut batch = take(&limiter, 6).unwrap();
+    drop(take(&limiter, 4).unwrap());
+    limiter.settle(&mut batch, 9);
     assert_eq!(limiter.tokens(), 0);
     assert_eq!(retry_at(&limiter, 1), start + secs(4));
 }

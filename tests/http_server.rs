@@ -284,6 +284,7 @@ async fn behind_trusted_proxies_the_rightmost_untrusted_address_is_the_key() {
         layer
             .keyed()
             .limiter(&"198.51.100.4".parse().unwrap())
+            .unwrap()
             .name()
             .contains("198.51.100.4")
     );

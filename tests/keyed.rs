@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use tokio::time::{Instant, advance};
-use tower_limits::{Admission, ConcurrencyLimiter, KeyedLimiter, Limiter, RateLimiter};
+use tower_limits::{
+    Admission, ConcurrencyLimiter, DelayLimiter, KeyedLimiter, Limiter, LimiterExt, RateLimiter,
+};
 
 fn per_key_rate(max: usize) -> KeyedLimiter<String, RateLimiter> {
     KeyedLimiter::builder(move |key: &String| {
@@ -37,7 +39,7 @@ async fn each_key_has_its_own_limit() {
 #[tokio::test(start_paused = true)]
 async fn the_same_key_reaches_the_same_state() {
     let keyed = per_key_rate(1);
-    let handle = keyed.limiter(&"a".to_owned());
+    let handle = keyed.limiter(&"a".to_owned()).unwrap();
     let at = Instant::now() + Duration::from_secs(30);
     handle.set_next_available_time(at).await.unwrap();
     assert!(
@@ -76,18 +78,44 @@ async fn idle_keys_are_forgotten_before_active_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn a_forgotten_key_behaves_like_a_fresh_one() {
-    let keyed = KeyedLimiter::builder(|_: &u8| ConcurrencyLimiter::new(1).unwrap())
+    let keyed = KeyedLimiter::builder(|_: &u8| DelayLimiter::new(Duration::from_secs(60)).unwrap())
         .max_keys(1)
         .build()
         .unwrap();
-    let held = keyed.limiter(&1);
-    let Admission::Granted(_permit) = held.try_acquire().await.unwrap() else {
-        unreachable!()
-    };
-    keyed.limiter(&2); // evicts key 1
-    let fresh = keyed.limiter(&1);
-    assert_eq!(fresh.running(), 0);
-    assert_eq!(held.running(), 1, "the old state lives on with its permits");
+    assert!(matches!(
+        keyed.try_acquire(&1).await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert!(!matches!(
+        keyed.try_acquire(&1).await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert!(matches!(
+        keyed.try_acquire(&2).await.unwrap(),
+        Admission::Granted(_)
+    )); // evicts key 1
+    assert!(
+        matches!(keyed.try_acquire(&1).await.unwrap(), Admission::Granted(_)),
+        "fresh"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_handle_is_held_is_kept() {
+    let keyed = KeyedLimiter::builder(|_: &u8| ConcurrencyLimiter::new(1).unwrap())
+        .max_keys(2)
+        .build()
+        .unwrap();
+    let held = keyed.limiter(&1).unwrap();
+    for key in 2..10 {
+        keyed.limiter(&key).unwrap(); // a flood of keys not in use
+    }
+    let _permit = held.acquire().await.unwrap();
+    assert_eq!(
+        keyed.limiter(&1).unwrap().running(),
+        1,
+        "still the same state"
+    );
 }
 
 #[test]
@@ -128,7 +156,7 @@ async fn sharded_admissions(workers: u64, span: Duration) -> Vec<Instant> {
     let end = Instant::now() + span;
     let tasks: Vec<_> = (0..workers)
         .map(|worker| {
-            let shard = keyed.limiter(&("acme", worker % SHARDS));
+            let shard = keyed.limiter(&("acme", worker % SHARDS)).unwrap();
             let admitted = Arc::clone(&admitted);
             tokio::spawn(async move {
                 while Instant::now() < end {

@@ -212,7 +212,7 @@ async fn a_request_dropped_while_the_inner_service_is_busy_gives_its_admission_b
     let pending = service.ready().await.unwrap().call(call("t", 0));
     let dropped = tokio::time::timeout(ms(10), pending).await;
     assert!(dropped.is_err(), "the inner service never became ready");
-    let limiter = keyed.limiter(&"t");
+    let limiter = keyed.limiter(&"t").unwrap();
     assert!(
         limiter.can_proceed().await.unwrap(),
         "the start was refunded"

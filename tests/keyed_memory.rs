@@ -29,11 +29,11 @@ async fn a_million_distinct_keys_stay_within_the_bound() {
 
     let region = Region::new(ALLOCATOR);
     for key in 0..BOUND as u64 {
-        keyed.limiter(&key);
+        keyed.limiter(&key).unwrap();
     }
     let at_bound = live_bytes(&region);
     for key in BOUND as u64..1_000_000 {
-        keyed.limiter(&key);
+        keyed.limiter(&key).unwrap();
         if key % 1024 == 0 {
             assert!(keyed.len() <= BOUND, "{} keys held", keyed.len());
         }

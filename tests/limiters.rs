@@ -592,81 +592,103 @@ async fn evenly_spaced_limiter_spaces_instant_calls_by_window_over_max() {
     assert_eq!(offsets(origin, &starts), [0, 100, 200, 300, 400].map(ms));
 }
 
-/// Runs a sequential caller holding each permit for `hold`; returns, for
-/// every start, how long after it the limiter said the next could start.
-async fn evenly_spaced_waits(
+/// `callers` tasks each making `calls` calls of `hold` through `limiter`;
+/// every start, in order.
+async fn concurrent_starts(
     limiter: &EvenlySpacedRateLimiter,
-    n: usize,
+    callers: usize,
+    calls: usize,
     hold: Duration,
-) -> Vec<Duration> {
-    let mut waits = Vec::with_capacity(n);
-    for _ in 0..n {
-        let permit = limiter.acquire().await.unwrap();
-        let start = Instant::now();
-        waits.push(next_available(limiter).await - start);
-        tokio::time::sleep(hold).await;
-        drop(permit);
-    }
-    waits
-}
-
-#[tokio::test(start_paused = true)]
-async fn evenly_spaced_limiter_credits_the_mean_call_duration() {
-    // interval 100 ms; calls last 30 ms: after the first (no duration known
-    // yet), each start allows the next 100 - 30 = 70 ms later.
-    let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1)).unwrap();
-    let waits = evenly_spaced_waits(&limiter, 6, ms(30)).await;
-    assert_eq!(waits, [100, 70, 70, 70, 70, 70].map(ms));
-}
-
-#[tokio::test(start_paused = true)]
-async fn evenly_spaced_limiter_wait_is_zero_when_calls_outlast_the_interval() {
-    let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1)).unwrap();
-    let waits = evenly_spaced_waits(&limiter, 4, ms(150)).await;
-    assert_eq!(waits, [100, 0, 0, 0].map(ms));
-}
-
-#[tokio::test(start_paused = true)]
-async fn evenly_spaced_limiter_never_exceeds_max_per_window_with_long_calls() {
-    let (max, window, hold) = (5, Duration::from_secs(1), ms(300));
-    let limiter = EvenlySpacedRateLimiter::new(max, window).unwrap();
-    // Long sequential calls teach it a mean duration above the interval...
-    let mut starts = sequential_starts(&limiter, max, hold).await;
-    // ...so overlapping callers get no spacing at all: only the window holds.
-    let tasks: Vec<_> = (0..20)
+) -> Vec<Instant> {
+    let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let limiter = limiter.clone();
             tokio::spawn(async move {
-                let permit = limiter.acquire().await.unwrap();
-                let start = Instant::now();
-                tokio::time::sleep(hold).await;
-                drop(permit);
-                start
+                let mut starts = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    let permit = limiter.acquire().await.unwrap();
+                    starts.push(Instant::now());
+                    tokio::time::sleep(hold).await;
+                    drop(permit);
+                }
+                starts
             })
         })
         .collect();
+    let mut starts = Vec::new();
     for task in tasks {
-        starts.push(task.await.unwrap());
+        starts.extend(task.await.unwrap());
     }
     starts.sort();
-    assert_at_most_per_window(&starts, max, window);
-    // The duration credit did let starts closer than the interval.
-    let min_gap = starts.windows(2).map(|p| p[1] - p[0]).min().unwrap();
-    assert!(min_gap < limiter.interval(), "smallest gap {min_gap:?}");
+    starts
+}
+
+/// 20 a second, 10 callers, 40 ms calls: every start at least 50 ms after
+/// the one before (the seed's duration credit used to start them 10 ms
+/// apart).
+#[tokio::test(start_paused = true)]
+async fn evenly_spaced_limiter_spaces_concurrent_callers_whatever_the_call_duration() {
+    let limiter = EvenlySpacedRateLimiter::new(20, Duration::from_secs(1)).unwrap();
+    let starts = concurrent_starts(&limiter, 10, 6, ms(40)).await;
+    assert_eq!(starts.len(), 60);
+    let gaps: Vec<Duration> = starts.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    assert!(gaps.iter().all(|&gap| gap >= ms(50)), "gaps {gaps:?}");
+    assert_eq!(
+        starts[59] - starts[0],
+        ms(50 * 59),
+        "on the beat, no slower"
+    );
+}
+
+/// One sequential caller whose calls outlast or undercut the interval
+/// still starts exactly once per interval.
+#[tokio::test(start_paused = true)]
+async fn evenly_spaced_limiter_keeps_a_sequential_caller_on_the_beat() {
+    for hold in [ms(0), ms(40), ms(99)] {
+        let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1)).unwrap();
+        let origin = Instant::now();
+        let starts = sequential_starts(&limiter, 5, hold).await;
+        assert_eq!(
+            offsets(origin, &starts),
+            [0, 100, 200, 300, 400].map(ms),
+            "{hold:?}"
+        );
+    }
+}
+
+/// Calls costing several units are followed by as many intervals, and no
+/// window of `window` ever holds more than the limit in units.
+#[tokio::test(start_paused = true)]
+async fn evenly_spaced_limiter_never_exceeds_max_per_window_with_costs() {
+    let (max, window) = (5, Duration::from_secs(1));
+    let limiter = EvenlySpacedRateLimiter::new(max, window).unwrap();
+    let origin = Instant::now();
+    let mut units = Vec::new();
+    for cost in [1, 4, 1, 5, 2, 3, 1, 1] {
+        let permit = limiter.acquire_many(cost).await.unwrap();
+        units.extend(std::iter::repeat_n(Instant::now(), cost as usize));
+        drop(permit);
+    }
+    assert_at_most_per_window(&units, max, window);
+    // 1 at 0; 4 at 200 ms (one interval after the 1), held back by nothing
+    // else; the next 1 waits four intervals; the 5 must wait for the window.
+    assert_eq!(units[1] - origin, ms(200));
+    assert_eq!(units[5] - origin, ms(1_000));
 }
 
 #[tokio::test(start_paused = true)]
-async fn evenly_spaced_limiter_seed_hooks_feed_the_mean_duration() {
+async fn evenly_spaced_limiter_seed_hooks_space_from_the_recorded_start() {
     let limiter = EvenlySpacedRateLimiter::new(10, Duration::from_secs(1)).unwrap();
     let origin = Instant::now();
     limiter.record_start().await.unwrap();
     assert_eq!(next_available(&limiter).await, origin + ms(100));
     advance(ms(40)).await;
-    limiter.record_completion().await.unwrap(); // a 40 ms call
+    limiter.record_completion().await.unwrap(); // a 40 ms call credits nothing
+    assert!(!can_proceed(&limiter).await);
     advance(ms(60)).await;
     assert!(can_proceed(&limiter).await);
     limiter.record_start().await.unwrap();
-    assert_eq!(next_available(&limiter).await, origin + ms(100 + 60));
+    assert_eq!(next_available(&limiter).await, origin + ms(200));
 }
 
 #[tokio::test(start_paused = true)]

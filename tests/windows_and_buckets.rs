@@ -106,8 +106,12 @@ async fn leaky_bucket_turns_callers_away_once_its_queue_is_full() {
     let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 3).unwrap();
     let start = Instant::now();
     let _first = granted(&bucket, 1).await;
+    // Each denial holds its caller's booking.
+    let mut booked = Vec::new();
     for slot in 1..=3 {
-        assert_eq!(denied_until(&bucket, 1).await, start + ms(100 * slot));
+        let denial = denied(&bucket, 1).await;
+        assert_eq!(denial.retry_at(), Some(start + ms(100 * slot)));
+        booked.push(denial);
     }
     assert_eq!(bucket.queued(), 3);
 
@@ -120,6 +124,11 @@ async fn leaky_bucket_turns_callers_away_once_its_queue_is_full() {
     let error = bucket.peek(1).await.expect_err("full");
     assert_eq!(cause::<BucketFull>(&error).capacity(), 3);
     assert_eq!(bucket.queued(), 3);
+
+    // A caller that gives up leaves the queue at once.
+    drop(booked.pop());
+    assert_eq!(bucket.queued(), 2);
+    assert_eq!(denied_until(&bucket, 1).await, start + ms(300));
 }
 
 #[tokio::test(start_paused = true)]
@@ -127,27 +136,30 @@ async fn leaky_bucket_accepts_again_once_its_queue_drains() {
     let bucket = LeakyBucketLimiter::new(10, Duration::from_secs(1), 2).unwrap();
     let start = Instant::now();
     let _first = granted(&bucket, 1).await;
-    let first_booked = denied_until(&bucket, 1).await;
-    denied_until(&bucket, 1).await;
+    let first_booked = denied(&bucket, 1).await;
+    let second_booked = denied(&bucket, 1).await;
     overflow(&bucket, 1).await;
 
     // The first booked caller comes back at its slot and starts: one unit
     // of room again.
-    advance(first_booked - Instant::now()).await;
+    first_booked.wait().await;
+    assert_eq!(Instant::now(), start + ms(100));
     let _second = granted(&bucket, 1).await;
     assert_eq!(bucket.queued(), 1);
-    assert_eq!(denied_until(&bucket, 1).await, start + ms(300));
+    let third_booked = denied(&bucket, 1).await;
+    assert_eq!(third_booked.retry_at(), Some(start + ms(300)));
     overflow(&bucket, 1).await;
 
-    // Nobody else comes back: the bookings drain with time (a slot that
-    // has begun counts until it ends).
-    advance(ms(250)).await;
-    assert_eq!(bucket.queued(), 1);
-    advance(ms(50)).await;
+    // Callers that give up leave the queue, and later ones are booked in
+    // their place.
+    drop(second_booked);
+    drop(third_booked);
     assert_eq!(bucket.queued(), 0);
-    let _third = granted(&bucket, 1).await;
-    for slot in [5, 6] {
-        assert_eq!(denied_until(&bucket, 1).await, start + ms(100 * slot));
+    let mut booked = Vec::new();
+    for slot in [2, 3] {
+        let denial = denied(&bucket, 1).await;
+        assert_eq!(denial.retry_at(), Some(start + ms(100 * slot)));
+        booked.push(denial);
     }
 }
 
@@ -157,9 +169,11 @@ async fn leaky_bucket_call_costing_n_occupies_n_slots() {
     let start = Instant::now();
     let batch = granted(&bucket, 3).await;
     assert_eq!(batch.cost(), 3);
-    assert_eq!(denied_until(&bucket, 2).await, start + ms(300));
+    let pair = denied(&bucket, 2).await;
+    assert_eq!(pair.retry_at(), Some(start + ms(300)));
     // The booked pair occupies two slots: the next one is at 500 ms.
-    assert_eq!(denied_until(&bucket, 1).await, start + ms(500));
+    let one = denied(&bucket, 1).await;
+    assert_eq!(one.retry_at(), Some(start + ms(500)));
     assert_eq!(bucket.queued(), 3);
 
     let error = bucket.try_acquire_many(6).await.unwrap_err();
@@ -208,9 +222,12 @@ async fn leaky_bucket_pause_holds_and_never_shortens() {
     assert!(!bucket.can_proceed().await.unwrap());
     assert_eq!(bucket.next_available_time().await.unwrap(), resume);
     // The queue counts from the end of the pause.
-    assert_eq!(denied_until(&bucket, 1).await, resume);
-    assert_eq!(denied_until(&bucket, 1).await, resume + ms(100));
+    let first = denied(&bucket, 1).await;
+    assert_eq!(first.retry_at(), Some(resume));
+    let second = denied(&bucket, 1).await;
+    assert_eq!(second.retry_at(), Some(resume + ms(100)));
     overflow(&bucket, 1).await;
+    drop((first, second));
 
     advance(Duration::from_secs(5)).await;
     let _permit = granted(&bucket, 1).await;

@@ -413,7 +413,11 @@ where
                 }
                 Err(error) => return Ok(refusal(&error, grpc)),
             };
-            let headers = advertise.on_admission(&keyed.limiter(&key)).await;
+            let headers = match keyed.limiter(&key) {
+                Ok(limiter) => advertise.on_admission(&limiter).await,
+                // Forgotten since, and no room to take it back: nothing to report.
+                Err(_) => HeaderMap::new(),
+            };
             let mut response = inner.call(request).await?;
             response.headers_mut().extend(headers);
             Ok(response.map(|body| LimitBody::new(body, permit)))

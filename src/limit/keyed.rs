@@ -378,12 +378,12 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     ///
     /// let call = tokio::spawn(service.ready().await?.call(7)); // a call that never ends
     /// tokio::task::yield_now().await; // admitted in its response future
-    /// assert_eq!(layer.keyed().limiter(&7).running(), 1);
-    /// assert_eq!(layer.keyed().limiter(&8).running(), 0);
+    /// assert_eq!(layer.keyed().limiter(&7)?.running(), 1);
+    /// assert_eq!(layer.keyed().limiter(&8)?.running(), 0);
     ///
     /// call.abort(); // cancelled: tenant 7's slot is released
     /// let _ = call.await;
-    /// assert_eq!(layer.keyed().limiter(&7).running(), 0);
+    /// assert_eq!(layer.keyed().limiter(&7)?.running(), 0);
     /// # Ok(())
     /// # }
     /// ```
@@ -457,10 +457,11 @@ where
         &self,
         request: &Request,
     ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
-        let (limiter, queue) = self.keyed.lane(&(self.key_of)(request));
+        let lane = self.keyed.lane(&(self.key_of)(request));
         let cost = self.cost_of.cost(request);
         let options = self.options;
         async move {
+            let (limiter, queue) = lane?;
             let permit = admit_in_line(&limiter, cost, &queue, options).await?;
             Ok((limiter, permit))
         }

@@ -44,7 +44,7 @@ use crate::limiter::{Limiter, Permit};
 /// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
 /// let keyed = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant);
 /// let _permit = admit(&keyed, 7).await?;
-/// assert_eq!(keyed.keyed().limiter(&7).running(), 1);
+/// assert_eq!(keyed.keyed().limiter(&7)?.running(), 1);
 /// # Ok(())
 /// # }
 /// ```

@@ -447,14 +447,16 @@ impl Cells {
         }
     }
 
-    /// Makes a granted permit cost `actual` cells: gives the difference back
-    /// on the rules of [`refund`](Cells::refund), or charges the extra cells
-    /// as if the grant had taken them (a charge can push the TAT past the
-    /// burst; later calls then wait for it).
+    /// Makes a granted permit cost `actual` cells, at most the burst: gives
+    /// the difference back on the rules of [`refund`](Cells::refund), or
+    /// charges the extra cells as if the grant had taken them (a charge can
+    /// push the TAT past the burst, by one burst at most; later calls then
+    /// wait for it).
     pub(super) fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(tat), cost) = (permit.token(), permit.cost()) else {
             return;
         };
+        let actual = actual.min(self.config().burst());
         let token = match actual.checked_sub(cost) {
             None => self.give_back(tat, cost - actual),
             Some(extra) => self.charge(tat, extra),
@@ -623,9 +625,14 @@ macro_rules! impl_limiter_for_cells {
             }
 
             /// A lower cost gives cells back on the rules of `refund`; a
-            /// higher one takes the extra cells, past the burst if need be.
+            /// higher one (at most the burst) takes the extra cells, past the
+            /// burst if need be.
             fn settle(&self, permit: &mut $crate::limiter::Permit, actual: u32) {
                 self.cells.settle(permit, actual);
+            }
+
+            fn is_in_use(&self) -> bool {
+                std::sync::Arc::strong_count(&self.cells) > 1
             }
         }
     };

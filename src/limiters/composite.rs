@@ -278,12 +278,19 @@ impl Limiter for CompositeLimiter {
         refund_to(&self.snapshot(), permit.into_parts());
     }
 
-    /// Settles each part's share of the permit.
+    /// Settles each part's share of the permit; the permit then costs the
+    /// most any part charged (each part clamps `actual` to its capacity).
     fn settle(&self, permit: &mut Permit, actual: u32) {
+        let mut charged = 0;
         for (part, share) in self.snapshot().iter().zip(permit.parts_mut()) {
             part.settle(share, actual);
+            charged = charged.max(share.cost());
         }
-        permit.settled(actual, None);
+        permit.settled(charged, None);
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.parts) > 1 || self.snapshot().iter().any(|part| part.is_in_use())
     }
 }
 

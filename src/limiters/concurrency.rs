@@ -239,16 +239,21 @@ impl ConcurrencyState {
         })
     }
 
-    /// Holds `to` slots instead of the `from` a permit of `generation` took.
-    fn resettle(&self, generation: u64, from: u32, to: u32) {
+    /// Holds `to` slots instead of the `from` a permit of `generation` took;
+    /// returns how many it holds now (fewer than `to` only if the count
+    /// would overflow).
+    fn resettle(&self, generation: u64, from: u32, to: u32) -> u32 {
         if to < from {
             if self.slots.release(Some(generation), u64::from(from - to)) {
                 self.released.notify();
             }
-        } else {
-            self.slots
-                .force_take(Some(generation), u64::from(to - from));
+            return to;
         }
+        let taken = self
+            .slots
+            .force_take(Some(generation), u64::from(to - from));
+        // At most `to - from`, a u32.
+        from + u32::try_from(taken).unwrap_or(0)
     }
 
     #[inline]
@@ -295,13 +300,16 @@ impl Slots {
 
     /// Takes `count` slots of `generation` (of any, if `None`) whatever the
     /// maximum: the seed's `record_start`, or a settled cost above the
-    /// estimate.
-    fn force_take(&self, generation: Option<u64>, count: u64) {
+    /// estimate. Returns how many it took: fewer only where the count would
+    /// overflow its half of the word, none for an old generation.
+    fn force_take(&self, generation: Option<u64>, count: u64) -> u64 {
+        let mut taken = 0;
         self.update(|word| {
             let current = generation.is_none_or(|generation| word >> 32 == generation);
-            let room = RUNNING - (word & RUNNING);
-            current.then(|| word + count.min(room))
-        });
+            taken = count.min(RUNNING - (word & RUNNING));
+            current.then(|| word + taken)
+        })
+        .map_or(0, |_| taken)
     }
 
     /// Frees `count` slots of `generation` (of any, if `None`), never going
@@ -346,15 +354,21 @@ impl Limiter for ConcurrencyLimiter {
         LimiterFuture::ready(Ok(self.state.peek(cost)))
     }
 
-    /// A running call holds `actual` slots from now on: fewer frees some
-    /// at once, more takes them even past the maximum.
+    /// A running call holds `actual` slots from now on (at most the
+    /// maximum, which already admits nobody else): fewer frees some at once,
+    /// more takes them even past the maximum.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let Some(token) = permit.token() else {
             return;
         };
         let (generation, from) = (token >> 32, permit.cost());
-        self.state.resettle(generation, from, actual);
-        permit.settled(actual, Some(generation << 32 | u64::from(actual)));
+        let actual = actual.min(u32::try_from(self.state.max()).unwrap_or(u32::MAX));
+        let held = self.state.resettle(generation, from, actual);
+        permit.settled(held, Some(generation << 32 | u64::from(held)));
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.state) > 1
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {

@@ -289,12 +289,18 @@ impl Limiter for DelayLimiter {
         }
     }
 
-    /// Moves the gap after the permit's start to `actual` delays.
+    /// Moves the gap after the permit's start to `actual` delays. A delay
+    /// limiter has no capacity to clamp to: a cost of `n` is `n` delays, as
+    /// for [`try_acquire_many`](Limiter::try_acquire_many).
     fn settle(&self, permit: &mut Permit, actual: u32) {
         if let Some(start) = permit.token() {
             self.state.regap(start, permit.cost(), actual);
             permit.settled(actual, None);
         }
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.state) > 1
     }
 }
 

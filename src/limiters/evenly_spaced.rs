@@ -1,6 +1,5 @@
 //! [`EvenlySpacedRateLimiter`]: starts spread evenly over the window.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -9,19 +8,31 @@ use tokio::time::Instant;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
+use crate::start_log::StartLog;
 
 /// Spaces starts `window / max_executions` apart instead of allowing a burst
 /// of `max_executions` and then a long wait: a 60-per-minute API gets one call
-/// a second.
+/// a second, whatever the number of callers and however long calls take.
 ///
-/// As the seed describes, the spacing after a start is shortened by the mean
-/// duration of the last `max_executions` completed calls
-/// (`wait = max(0, interval - mean_duration)`), so a worker that runs its
-/// calls one after another does not wait twice. On its own that rule would
-/// let short calls start faster than the limit, so this limiter also keeps the
-/// last `max_executions` start times and never admits more than
-/// `max_executions` in any `window`, however calls overlap.
+/// A start is never closer than one interval to the previous one (a call
+/// costing `n` is followed by `n` intervals). The interval is
+/// `window / max_executions` rounded up to a whole nanosecond, so no window
+/// ever holds more than `max_executions` starts; for calls costing more than
+/// one, the limiter also keeps the units started within the last `window`
+/// and never lets them pass `max_executions`.
+///
+/// # Evenly spaced, whatever the call duration
+///
+/// The source design shortens the wait after a start by the mean duration of
+/// recent calls (`wait = max(0, interval - mean_duration)`), so that a worker
+/// that runs calls one after another and waits *after* each completion still
+/// starts on the beat. Measured from the start, as here, that worker already
+/// starts on the beat: its next start is one interval after the previous
+/// start, however long the call took. Applied to concurrent callers, the
+/// shortened wait would break the very spacing it is for (20 per second with
+/// 40 ms calls would start calls 10 ms apart), so this limiter keeps the
+/// intent, starts at regular intervals, and credits no duration.
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,9 +43,11 @@ use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release,
 /// let limiter = EvenlySpacedRateLimiter::new(60, Duration::from_secs(60))?;
 /// let start = tokio::time::Instant::now();
 /// for _ in 0..3 {
-///     drop(limiter.acquire().await?); // instant calls: no duration credit
+///     let _permit = limiter.acquire().await?;
+///     tokio::time::sleep(Duration::from_millis(400)).await; // the call
 /// }
-/// assert_eq!(start.elapsed(), Duration::from_secs(2));
+/// // Starts at 0 s, 1 s and 2 s: one a second, the call time included.
+/// assert_eq!(start.elapsed(), Duration::from_millis(2_400));
 /// # Ok(())
 /// # }
 /// ```
@@ -55,15 +68,11 @@ struct SpacingState {
 
 #[derive(Default)]
 struct Spacing {
-    /// No start before this, in nanoseconds since the clock's epoch.
+    /// No start before this, in nanoseconds since the clock's epoch: the
+    /// interval after the last start, or a pause.
     next_available: u64,
-    /// The last `max_executions` starts, oldest first.
-    starts: VecDeque<u64>,
-    /// The last `max_executions` call durations and their sum.
-    durations: VecDeque<u64>,
-    duration_sum: u64,
-    /// Starts recorded by `record_start`, awaiting `record_completion`.
-    open_starts: VecDeque<u64>,
+    /// The units started within the last window (and some before it).
+    starts: StartLog,
     /// The last grant and the next-available time it replaced, for refunds.
     last_grant: Option<(u64, u64)>,
 }
@@ -73,7 +82,8 @@ impl EvenlySpacedRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if `max_executions` is 0 or `window` is zero.
+    /// [`ConfigError`] if `max_executions` is 0, `window` is zero, or
+    /// `max_executions` is more than one per nanosecond of `window`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -90,10 +100,14 @@ impl EvenlySpacedRateLimiter {
     /// ```
     pub fn new(max_executions: usize, window: Duration) -> Result<Self, ConfigError> {
         super::validate_window(max_executions, window)?;
-        Ok(Self::build(
+        let window = duration_nanos(window);
+        if u64::try_from(max_executions).is_ok_and(|max| max <= window) {
+            return Ok(Self::build(max_executions, window, Clock::default()));
+        }
+        Err(ConfigError::new(
+            "max_executions",
             max_executions,
-            duration_nanos(window),
-            Clock::default(),
+            "must be at most one per nanosecond of `window`",
         ))
     }
 
@@ -143,6 +157,7 @@ impl EvenlySpacedRateLimiter {
         Self::build(self.state.max_executions, self.state.window, clock)
     }
 
+    /// `max_executions` is at least 1 and at most `window`.
     fn build(max_executions: usize, window: u64, clock: Clock) -> Self {
         let max = u64::try_from(max_executions).unwrap_or(u64::MAX);
         Self {
@@ -150,14 +165,14 @@ impl EvenlySpacedRateLimiter {
                 reopened: ReleaseEvent::new(),
                 max_executions,
                 window,
-                interval: window / max,
+                interval: window.div_ceil(max),
                 clock,
                 spacing: Mutex::default(),
             }),
         }
     }
 
-    /// The ideal interval between starts, `window / max_executions`.
+    /// The interval between starts, `window / max_executions`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -167,9 +182,9 @@ impl EvenlySpacedRateLimiter {
     /// // 60 a minute: one a second.
     /// let limiter = EvenlySpacedRateLimiter::new(60, Duration::from_secs(60))?;
     /// assert_eq!(limiter.interval(), Duration::from_secs(1));
-    /// // Rounded down to the nanosecond.
+    /// // Rounded up to the nanosecond, so a window never holds a fourth.
     /// let limiter = EvenlySpacedRateLimiter::new(3, Duration::from_secs(1))?;
-    /// assert_eq!(limiter.interval(), Duration::from_nanos(333_333_333));
+    /// assert_eq!(limiter.interval(), Duration::from_nanos(333_333_334));
     /// # Ok(())
     /// # }
     /// ```
@@ -184,81 +199,55 @@ impl SpacingState {
         self.spacing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn admit(self: &Arc<Self>, cost: u32) -> Admission {
-        self.reopened.decide(|| self.decide(cost))
+    /// `max_executions` as units (it is at most the window's nanoseconds).
+    fn max_units(&self) -> u64 {
+        u64::try_from(self.max_executions).unwrap_or(u64::MAX)
     }
 
-    fn decide(self: &Arc<Self>, cost: u32) -> Admission {
-        let now = self.clock.now_nanos();
+    /// The time `cost` starts occupy.
+    fn gap(&self, cost: u32) -> u64 {
+        self.interval.saturating_mul(u64::from(cost))
+    }
+
+    fn decide(&self, cost: u32) -> Admission {
         let mut spacing = self.lock();
-        if let Some(retry_at) = self.blocked_until(&mut spacing, now, cost) {
+        // Read under the lock, so starts are recorded in order.
+        let now = self.clock.now_nanos();
+        if let Some(retry_at) = self.blocked_until(&spacing, now, cost) {
             return Admission::Denied(Denial::until(self.clock.instant_at(retry_at)));
         }
+        let room = self.max_units().saturating_sub(u64::from(cost));
+        spacing.starts.make_room(room, self.window);
         spacing.last_grant = Some((now, spacing.next_available));
         self.record(&mut spacing, now, cost);
-        drop(spacing);
-        let release = Arc::clone(self) as Arc<dyn Release>;
-        Admission::Granted(Permit::new(release, now).with_cost(cost))
+        Admission::Granted(Permit::with_token(now).with_cost(cost))
     }
 
-    /// When a start costing `cost` may happen, if not now.
-    fn blocked_until(&self, spacing: &mut Spacing, now: u64, cost: u32) -> Option<u64> {
-        if let Some(horizon) = now.checked_sub(self.window) {
-            while spacing
-                .starts
-                .front()
-                .is_some_and(|&start| start <= horizon)
-            {
-                spacing.starts.pop_front();
-            }
-        }
-        let paused = (now < spacing.next_available).then_some(spacing.next_available);
-        // At most `max_executions - cost` earlier starts may stay in the
-        // window: the one before them must have left it.
-        let room = self.max_executions.saturating_sub(cost as usize);
-        let window_frees_at = spacing
-            .starts
-            .len()
-            .checked_sub(room + 1)
-            .map(|index| spacing.starts[index].saturating_add(self.window));
+    /// When a start costing `cost` may happen, if not at `now`: once the
+    /// interval after the last start (or a pause) has passed and the window
+    /// has room for it.
+    fn blocked_until(&self, spacing: &Spacing, now: u64, cost: u32) -> Option<u64> {
+        let spaced = (now < spacing.next_available).then_some(spacing.next_available);
+        let room = self.max_units().saturating_sub(u64::from(cost));
         // `None` orders first: the later of the two, if either.
-        paused.max(window_frees_at)
+        spaced.max(spacing.starts.frees_at(now, room, self.window))
     }
 
-    /// Records `cost` starts at `now` and spaces the next one.
+    /// Records `cost` starts at `now` and the intervals after them.
     fn record(&self, spacing: &mut Spacing, now: u64, cost: u32) {
-        spacing
-            .starts
-            .extend(std::iter::repeat_n(now, cost as usize));
-        let excess = spacing.starts.len().saturating_sub(self.max_executions);
-        spacing.starts.drain(..excess);
-        let wait = self.wait(spacing, cost);
-        spacing.next_available = spacing.next_available.max(now.saturating_add(wait));
-    }
-
-    /// The spacing after a start costing `cost`: `cost` intervals less the
-    /// mean call duration.
-    fn wait(&self, spacing: &Spacing, cost: u32) -> u64 {
-        let interval = self.interval.saturating_mul(u64::from(cost));
-        interval.saturating_sub(spacing.mean_duration())
+        spacing.starts.add(now, u64::from(cost));
+        let next = now.saturating_add(self.gap(cost));
+        spacing.next_available = spacing.next_available.max(next);
     }
 
     /// Turns the `from` starts recorded at `start` into `to` (0: gives them
-    /// back), and the spacing after them.
+    /// back), and the intervals after them.
     fn respace(&self, start: u64, from: u32, to: u32) {
         let mut spacing = self.lock();
-        for _ in to..from {
-            if let Some(index) = spacing.starts.iter().rposition(|&s| s == start) {
-                spacing.starts.remove(index);
-            }
-        }
-        let at = spacing.starts.partition_point(|&s| s <= start);
-        for _ in from..to {
-            spacing.starts.insert(at, start);
-        }
-        let respaced = start.saturating_add(self.wait(&spacing, to));
+        spacing.starts.resize(start, from, to);
+        let respaced = start.saturating_add(self.gap(to));
         match spacing.last_grant {
-            // The last grant: its spacing is the one in force.
+            // The last grant: its interval is the one in force.
             Some((ticket, previous)) if ticket == start => {
                 spacing.next_available = if to == 0 {
                     spacing.last_grant = None;
@@ -276,30 +265,10 @@ impl SpacingState {
         }
     }
 
-    fn record_duration(&self, start: u64) {
-        let duration = self.clock.now_nanos().saturating_sub(start);
-        let mut spacing = self.lock();
-        if spacing.durations.len() >= self.max_executions
-            && let Some(oldest) = spacing.durations.pop_front()
-        {
-            spacing.duration_sum -= oldest;
-        }
-        spacing.durations.push_back(duration);
-        spacing.duration_sum = spacing.duration_sum.saturating_add(duration);
-    }
-}
-
-impl Spacing {
-    fn mean_duration(&self) -> u64 {
-        let count = u64::try_from(self.durations.len()).unwrap_or(u64::MAX);
-        self.duration_sum.checked_div(count).unwrap_or(0)
-    }
-}
-
-impl Release for SpacingState {
-    /// Records the call's duration for the mean.
-    fn complete(self: Arc<Self>, start: u64) {
-        self.record_duration(start);
+    /// What a call costing `cost` would get now.
+    fn look(&self, cost: u32) -> Option<u64> {
+        let spacing = self.lock();
+        self.blocked_until(&spacing, self.clock.now_nanos(), cost)
     }
 }
 
@@ -307,48 +276,44 @@ impl Limiter for EvenlySpacedRateLimiter {
     /// A call costing `cost` counts as `cost` starts and is followed by
     /// `cost` intervals.
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        let admission =
-            CostTooHigh::check(cost, self.state.max_executions).map(|()| self.state.admit(cost));
+        let state = &self.state;
+        let admission = CostTooHigh::check(cost, state.max_executions)
+            .map(|()| state.reopened.decide(|| state.decide(cost)));
         LimiterFuture::ready(admission)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
-        let now = self.state.clock.now_nanos();
-        let blocked = self.state.blocked_until(&mut self.state.lock(), now, 1);
-        LimiterFuture::ready(Ok(blocked.is_none()))
+        LimiterFuture::ready(Ok(self.state.look(1).is_none()))
     }
 
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let state = &self.state;
-        let now = state.clock.now_nanos();
-        let blocked = state.blocked_until(&mut state.lock(), now, cost);
-        LimiterFuture::ready(Ok(
-            blocked.map(|at| Denial::until(state.clock.instant_at(at)))
-        ))
+        let denial = state
+            .look(cost)
+            .map(|at| Denial::until(state.clock.instant_at(at)));
+        LimiterFuture::ready(Ok(denial))
     }
 
+    /// Records a start now, even if it comes early: the next one is an
+    /// interval after it.
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        let now = self.state.clock.now_nanos();
-        let mut spacing = self.state.lock();
-        self.state.record(&mut spacing, now, 1);
-        spacing.open_starts.push_back(now);
+        let state = &self.state;
+        let mut spacing = state.lock();
+        let now = state.clock.now_nanos();
+        spacing.starts.prune(now, state.window);
+        state.record(&mut spacing, now, 1);
         LimiterFuture::ready(Ok(()))
     }
 
+    /// Nothing to do: the spacing counts from starts.
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        let start = self.state.lock().open_starts.pop_front();
-        if let Some(start) = start {
-            self.state.record_duration(start);
-        }
         LimiterFuture::ready(Ok(()))
     }
 
     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
         let state = &self.state;
         let now = state.clock.now_nanos();
-        let at = state
-            .blocked_until(&mut state.lock(), now, 1)
-            .unwrap_or(now);
+        let at = state.look(1).unwrap_or(now);
         LimiterFuture::ready(Ok(state.clock.instant_at(at)))
     }
 
@@ -356,6 +321,8 @@ impl Limiter for EvenlySpacedRateLimiter {
         let nanos = self.state.clock.nanos_at(at);
         let mut spacing = self.state.lock();
         spacing.next_available = spacing.next_available.max(nanos);
+        // A pause from outside is never undone by a refund.
+        spacing.last_grant = None;
         LimiterFuture::ready(Ok(()))
     }
 
@@ -372,12 +339,19 @@ impl Limiter for EvenlySpacedRateLimiter {
         }
     }
 
-    /// Counts the call as `actual` starts, spaced accordingly.
+    /// Counts the call as `actual` starts (at most `max_executions`),
+    /// spaced accordingly.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         if let Some(start) = permit.token() {
+            let max = u32::try_from(self.state.max_executions).unwrap_or(u32::MAX);
+            let actual = actual.min(max);
             self.state.respace(start, permit.cost(), actual);
             permit.settled(actual, None);
         }
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.state) > 1
     }
 }
 

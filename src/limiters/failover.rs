@@ -275,10 +275,11 @@ impl<L: Limiter, F: Limiter> Inner<L, F> {
     }
 }
 
-/// A fallback's grant, wrapped so that a refund never reaches the store.
+/// A fallback's grant, wrapped so that its refund and settlement go to the
+/// fallback, never to the store.
 fn from_fallback(admission: Admission) -> Admission {
     match admission {
-        Admission::Granted(permit) => Admission::Granted(Permit::many(vec![permit])),
+        Admission::Granted(permit) => Admission::Granted(Permit::wrap(permit)),
         denied => denied,
     }
 }
@@ -355,18 +356,32 @@ impl<L: Limiter, F: Limiter> Limiter for Failover<L, F> {
         primary.and_also(inner.fallback().map(Limiter::clear))
     }
 
-    /// Refunds a grant of the store; a fallback's or fail-open grant is
-    /// dropped instead (its permit releases what it held).
+    /// Refunds a grant to the limiter that made it: the store's to the
+    /// store, the fallback's to the fallback. A fail-open grant holds
+    /// nothing to give back.
     fn refund(&self, permit: Permit) {
-        if permit.token().is_some() {
-            self.inner.primary.refund(permit);
+        match permit.unwrap_wrapped() {
+            Ok(granted) => self.inner.fallback().map_or((), |f| f.refund(granted)),
+            Err(permit) => self.inner.primary.refund(permit),
         }
     }
 
+    /// Settles a grant with the limiter that made it (see
+    /// [`refund`](Self::refund)); a fail-open grant charges nothing.
     fn settle(&self, permit: &mut Permit, actual: u32) {
-        if permit.token().is_some() {
-            self.inner.primary.settle(permit, actual);
+        let Some(granted) = permit.wrapped_mut() else {
+            return self.inner.primary.settle(permit, actual);
+        };
+        if let Some(fallback) = self.inner.fallback() {
+            fallback.settle(granted, actual);
         }
+        let cost = granted.cost();
+        permit.settled(cost, None);
+    }
+
+    fn is_in_use(&self) -> bool {
+        let fallback_in_use = self.inner.fallback().is_some_and(Limiter::is_in_use);
+        Arc::strong_count(&self.inner) > 1 || fallback_in_use || self.inner.primary.is_in_use()
     }
 }
 

@@ -108,6 +108,16 @@ impl Counter {
             0
         }
     }
+
+    /// The word's window, if it is later than window `index`: a caller that
+    /// read the clock after this one has already moved the count on. (The
+    /// word keeps the low 32 bits of its index; a lead under 2³¹ windows
+    /// reads as later.)
+    #[inline]
+    fn later_than(self, index: u64) -> Option<u64> {
+        let lead = ((self.0 >> 32) as u32).wrapping_sub(index as u32);
+        (lead != 0 && lead < 1 << 31).then(|| index + u64::from(lead))
+    }
 }
 
 impl FixedWindowLimiter {
@@ -284,6 +294,16 @@ impl FixedWindowLimiter {
 }
 
 impl FixedState {
+    /// `now`, or the start of the counter's window if that is later (another
+    /// caller read the clock after this one and counted there first).
+    #[inline]
+    fn catch_up(&self, now: u64, counter: Counter) -> u64 {
+        match counter.later_than(self.windows.index(now)) {
+            Some(later) => now.max(self.windows.start(later)),
+            None => now,
+        }
+    }
+
     /// When a call costing `cost` may start, given the counter and the
     /// pause: `None` if at `now`.
     #[inline]
@@ -316,12 +336,15 @@ impl WindowState for FixedState {
     /// One compare-and-swap.
     #[inline]
     fn decide(&self, cost: u32) -> Admission {
-        let now = self.clock.now_nanos();
+        let mut now = self.clock.now_nanos();
         let not_before = self.not_before.load(Ordering::SeqCst);
-        let index = self.windows.index(now);
         let mut word = self.counter.load(Ordering::SeqCst);
         loop {
             let counter = Counter(word);
+            // Decide in the newest window anyone has counted in: writing an
+            // older window back would erase the newer window's count.
+            now = self.catch_up(now, counter);
+            let index = self.windows.index(now);
             if let Some(at) = self.blocked_until(now, counter, not_before, cost) {
                 return Admission::Denied(Denial::until(self.clock.instant_at(at)));
             }
@@ -348,10 +371,11 @@ impl WindowState for FixedState {
 
     /// The units count while their window lasts.
     fn recount(&self, index: u64, from: u32, to: u32) -> bool {
-        let current = self.windows.index(self.clock.now_nanos());
+        let now = self.clock.now_nanos();
         let updated = self
             .counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+                let current = self.windows.index(self.catch_up(now, Counter(word)));
                 let count = Counter(word).count_in(current);
                 let count = if index == current {
                     count.saturating_sub(from).saturating_add(to)
@@ -385,5 +409,23 @@ impl fmt::Debug for FixedWindowLimiter {
             .field("window", &windows.window())
             .field("unix_aligned", &windows.is_unix_aligned())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counter;
+
+    #[test]
+    fn a_later_window_is_recognised_across_the_index_wrap() {
+        assert_eq!(Counter::new(7, 3).later_than(5), Some(7));
+        assert_eq!(Counter::new(5, 3).later_than(5), None, "the same window");
+        assert_eq!(Counter::new(4, 3).later_than(5), None, "an older window");
+        let wrap = 1 << 32;
+        assert_eq!(
+            Counter::new(wrap + 1, 1).later_than(wrap - 2),
+            Some(wrap + 1)
+        );
+        assert_eq!(Counter::new(wrap - 2, 1).later_than(wrap + 1), None);
     }
 }

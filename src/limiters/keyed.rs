@@ -10,7 +10,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 
 use crate::clock::{Clock, duration_nanos};
-use crate::error::{ConfigError, LimiterError};
+use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limit::waiting::Queue;
 use crate::limiter::{Admission, Limiter, LimiterFuture};
 
@@ -42,6 +42,13 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// limiter: a key flood cannot grow memory past the bound, at the price of
 /// forgetting the history of the least active keys. Size the bound above the
 /// number of keys active within one window.
+///
+/// A key **in use** is never forgotten (see [`Limiter::is_in_use`]): one
+/// with a call running that its limiter counts (a concurrency slot), a
+/// caller waiting in its lane, or a handle from [`limiter`](Self::limiter)
+/// still held. Forgetting it would let a fresh limiter admit past the calls
+/// still running. If every key of a full shard is in use, a new key is
+/// refused with [`KeysFull`] until one of them is free.
 ///
 /// ```
 /// use std::time::Duration;
@@ -99,7 +106,7 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// // Worker 3 of 8 takes its shard of the hot tenant: 25 a second, of the 100.
 /// let shard = 3 % SHARDS;
 /// let key = ("acme", shard);
-/// assert_eq!(per_tenant.limiter(&key).interval(), Duration::from_millis(40)); // 25 a second
+/// assert_eq!(per_tenant.limiter(&key)?.interval(), Duration::from_millis(40)); // 25 a second
 /// assert!(matches!(per_tenant.try_acquire(&key).await?, Admission::Granted(_)));
 /// # Ok(())
 /// # }
@@ -175,12 +182,12 @@ where
     /// ```
     /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let per_route = KeyedLimiter::builder(|_route: &&'static str| {
     ///     ConcurrencyLimiter::new(4).expect("valid configuration")
     /// })
     /// .build()?;
-    /// assert_eq!(per_route.limiter(&"/search").max_concurrent(), 4);
+    /// assert_eq!(per_route.limiter(&"/search")?.max_concurrent(), 4);
     /// # Ok(())
     /// # }
     /// ```
@@ -195,7 +202,13 @@ where
 
     /// The limiter of `key`, made now if the key is new (or was forgotten).
     /// Clones share its state, so a handle kept for `set_next_available_time`
-    /// acts on the key's limit.
+    /// acts on the key's limit; while it is held, the key is in use and is
+    /// not forgotten.
+    ///
+    /// # Errors
+    ///
+    /// [`KeysFull`] if the key is new and every key of its full shard is in
+    /// use.
     ///
     /// ```
     /// use std::time::Duration;
@@ -210,19 +223,19 @@ where
     /// .build()?;
     ///
     /// // acme's upstream answered 429: pause acme alone for 30 s.
-    /// let acme = per_tenant.limiter(&"acme");
+    /// let acme = per_tenant.limiter(&"acme")?;
     /// acme.set_next_available_time(Instant::now() + Duration::from_secs(30)).await?;
     /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Denied(_)));
     /// assert!(matches!(per_tenant.try_acquire(&"globex").await?, Admission::Granted(_)));
     /// # Ok(())
     /// # }
     /// ```
-    pub fn limiter(&self, key: &K) -> L {
+    pub fn limiter(&self, key: &K) -> Result<L, KeysFull> {
         self.with_entry(key, |entry| entry.limiter.clone())
     }
 
     /// `key`'s limiter and its queue of waiting callers.
-    pub(crate) fn lane(&self, key: &K) -> (L, Arc<Queue>) {
+    pub(crate) fn lane(&self, key: &K) -> Result<(L, Arc<Queue>), KeysFull> {
         self.with_entry(key, |entry| {
             let queue = entry.queue.get_or_insert_default();
             (entry.limiter.clone(), Arc::clone(queue))
@@ -230,9 +243,13 @@ where
     }
 
     /// Runs `use_entry` on `key`'s entry, made now if the key is new, under
-    /// its shard's lock.
+    /// its shard's lock; [`KeysFull`] if a new key finds no room.
     #[inline]
-    fn with_entry<T>(&self, key: &K, use_entry: impl FnOnce(&mut Entry<K, L>) -> T) -> T {
+    fn with_entry<T>(
+        &self,
+        key: &K,
+        use_entry: impl FnOnce(&mut Entry<K, L>) -> T,
+    ) -> Result<T, KeysFull> {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let mut guard = inner.shard(hash);
@@ -241,12 +258,13 @@ where
         let stamp = shard.uses;
         if let Some(entry) = shard.find_mut(hash, key) {
             entry.last_used = stamp;
-            return use_entry(entry);
+            return Ok(use_entry(entry));
         }
         let now = inner.clock.now_nanos();
         shard.checkpoint(now, inner.idle_timeout);
-        if shard.entries.len() >= inner.keys_per_shard {
-            shard.make_room(now, inner.idle_timeout);
+        if shard.entries.len() >= inner.keys_per_shard && !shard.make_room(now, inner.idle_timeout)
+        {
+            return Err(KeysFull::new(inner.keys_per_shard));
         }
         let entry = Entry {
             key: key.clone(),
@@ -256,7 +274,7 @@ where
             last_used: stamp,
         };
         let entry = shard.entries.insert_unique(hash, entry, |entry| entry.hash);
-        use_entry(entry.into_mut())
+        Ok(use_entry(entry.into_mut()))
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
@@ -282,7 +300,8 @@ where
         self.try_acquire_many(key, 1)
     }
 
-    /// [`Limiter::try_acquire_many`] on `key`'s limiter.
+    /// [`Limiter::try_acquire_many`] on `key`'s limiter; a [`KeysFull`]
+    /// inside the [`LimiterError`] if the key is new and finds no room.
     ///
     /// ```
     /// use std::time::Duration;
@@ -313,8 +332,11 @@ where
                 .map_err(|_| entry.limiter.clone())
         });
         match answer {
-            Ok(answer) => LimiterFuture::ready(answer),
-            Err(limiter) => LimiterFuture::new(async move { limiter.try_acquire_many(cost).await }),
+            Ok(Ok(answer)) => LimiterFuture::ready(answer),
+            Ok(Err(limiter)) => {
+                LimiterFuture::new(async move { limiter.try_acquire_many(cost).await })
+            }
+            Err(full) => LimiterFuture::ready(Err(LimiterError::new(full))),
         }
     }
 
@@ -323,10 +345,10 @@ where
     /// ```
     /// use tower_limits::{KeyedLimiter, NullLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
     /// for key in [1, 2, 3, 1, 2] {
-    ///     keyed.limiter(&key);
+    ///     keyed.limiter(&key)?;
     /// }
     /// assert_eq!(keyed.len(), 3); // each key once
     /// # Ok(())
@@ -345,10 +367,10 @@ where
     /// ```
     /// use tower_limits::{KeyedLimiter, NullLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
     /// assert!(keyed.is_empty()); // limiters are made on first use
-    /// keyed.limiter(&1);
+    /// keyed.limiter(&1)?;
     /// assert!(!keyed.is_empty());
     /// # Ok(())
     /// # }
@@ -361,7 +383,8 @@ where
     /// instead of waiting for the map to fill. Returns how many were
     /// forgotten.
     ///
-    /// A key is never forgotten within the idle timeout of its last use.
+    /// A key is never forgotten within the idle timeout of its last use, nor
+    /// while it is in use.
     /// Uses of known keys read no clock, so a key's idleness is known from
     /// the clock readings around it: a key unused since an earlier call of
     /// `evict_idle` (or since a new key arrived) is surely forgotten once
@@ -373,13 +396,13 @@ where
     /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u8| ConcurrencyLimiter::new(1).unwrap())
     ///     .idle_timeout(Duration::from_secs(60))
     ///     .build()?;
-    /// keyed.limiter(&1);
+    /// keyed.limiter(&1)?;
     /// tokio::time::advance(Duration::from_secs(61)).await;
-    /// keyed.limiter(&2);
+    /// keyed.limiter(&2)?;
     /// assert_eq!(keyed.evict_idle(), 1);
     /// assert_eq!(keyed.len(), 1);
     /// # Ok(())
@@ -414,7 +437,19 @@ impl<K, L> KeyedInner<K, L> {
     }
 }
 
-impl<K: Eq, L> Shard<K, L> {
+impl<K, L: Limiter> Entry<K, L> {
+    /// Whether forgetting the key would lose something a fresh limiter
+    /// cannot know: a running call, a waiting caller, a held handle.
+    fn is_in_use(&self) -> bool {
+        let waited_on = self
+            .queue
+            .as_ref()
+            .is_some_and(|queue| Arc::strong_count(queue) > 1);
+        waited_on || self.limiter.is_in_use()
+    }
+}
+
+impl<K: Eq, L: Limiter> Shard<K, L> {
     #[inline]
     fn find_mut(&mut self, hash: u64, key: &K) -> Option<&mut Entry<K, L>> {
         self.entries.find_mut(hash, |entry| entry.key == *key)
@@ -449,8 +484,9 @@ impl<K: Eq, L> Shard<K, L> {
         self.checkpoints.push_back(checkpoint);
     }
 
-    /// Forgets keys known to be unused since `now - idle_timeout`: those
-    /// last used no later than the newest checkpoint that old. How many.
+    /// Forgets keys known to be unused since `now - idle_timeout` (those
+    /// last used no later than the newest checkpoint that old) and not in
+    /// use. How many.
     fn evict_idle(&mut self, now: u64, idle_timeout: u64) -> usize {
         let idle_since = self
             .checkpoints
@@ -464,23 +500,32 @@ impl<K: Eq, L> Shard<K, L> {
             return 0;
         };
         let before = self.entries.len();
-        self.entries.retain(|entry| entry.last_used > idle_up_to);
+        self.entries
+            .retain(|entry| entry.last_used > idle_up_to || entry.is_in_use());
         before - self.entries.len()
     }
 
-    /// Frees at least one place: idle keys first, else the least recently
-    /// used eighth of the shard (in one pass, so a key flood costs a scan
-    /// per eighth of a shard, not per key).
-    fn make_room(&mut self, now: u64, idle_timeout: u64) {
+    /// Frees at least one place if it can: idle keys first, else the least
+    /// recently used eighth of the keys not in use (in one pass, so a key
+    /// flood costs a scan per eighth of a shard, not per key). Whether it
+    /// freed any.
+    fn make_room(&mut self, now: u64, idle_timeout: u64) -> bool {
         if self.evict_idle(now, idle_timeout) > 0 {
-            return;
+            return true;
         }
-        let mut stamps: Vec<u64> = self.entries.iter().map(|entry| entry.last_used).collect();
-        // The least recently used eighth: stamps are unique, so every entry
-        // stamped up to the count-th oldest stamp.
+        let mut stamps = Vec::with_capacity(self.entries.len());
+        let free = self.entries.iter().filter(|entry| !entry.is_in_use());
+        stamps.extend(free.map(|entry| entry.last_used));
+        if stamps.is_empty() {
+            return false;
+        }
+        // The least recently used eighth: stamps are unique, so every free
+        // entry stamped up to the count-th oldest stamp.
         let count = (stamps.len() / 8).max(1);
         let (_, &mut cutoff, _) = stamps.select_nth_unstable(count - 1);
-        self.entries.retain(|entry| entry.last_used > cutoff);
+        self.entries
+            .retain(|entry| entry.last_used > cutoff || entry.is_in_use());
+        true
     }
 }
 
@@ -505,7 +550,7 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
 /// use std::time::Duration;
 /// use tower_limits::{Clock, KeyedLimiter, KeyedLimiterBuilder, NullLimiter};
 ///
-/// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let builder: KeyedLimiterBuilder<u32, NullLimiter> = KeyedLimiter::builder(|_: &u32| NullLimiter)
 ///     .max_keys(50_000)
 ///     .idle_timeout(Duration::from_secs(300))
@@ -530,10 +575,10 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
     /// ```
     /// use tower_limits::{KeyedLimiter, NullLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).max_keys(100).build()?;
     /// for key in 0..1_000 {
-    ///     keyed.limiter(&key); // a flood of new keys
+    ///     keyed.limiter(&key)?; // a flood of new keys
     /// }
     /// assert!(keyed.len() <= 100);
     /// # Ok(())
@@ -552,14 +597,14 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
     /// use tower_limits::{KeyedLimiter, NullLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter)
     ///     .idle_timeout(Duration::from_secs(60))
     ///     .build()?;
-    /// keyed.limiter(&1);
-    /// keyed.limiter(&2);
+    /// keyed.limiter(&1)?;
+    /// keyed.limiter(&2)?;
     /// tokio::time::advance(Duration::from_secs(30)).await;
-    /// keyed.limiter(&2); // key 2 is used again
+    /// keyed.limiter(&2)?; // key 2 is used again
     /// tokio::time::advance(Duration::from_secs(31)).await;
     /// assert_eq!(keyed.evict_idle(), 1); // only key 1 went unused for a minute
     /// assert_eq!(keyed.len(), 1);
@@ -578,12 +623,12 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
     /// use tower_limits::{Clock, KeyedLimiter, NullLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter)
     ///     .idle_timeout(Duration::from_secs(60))
     ///     .clock(Clock::fast())
     ///     .build()?;
-    /// keyed.limiter(&1);
+    /// keyed.limiter(&1)?;
     /// tokio::time::advance(Duration::from_secs(61)).await;
     /// // The fast clock ignores paused tokio time: key 1 is not idle yet.
     /// assert_eq!(keyed.evict_idle(), 0);
@@ -710,7 +755,7 @@ mod tests {
                     let now = start.elapsed();
                     match op {
                         Op::Use(key) => {
-                            keyed.limiter(&key);
+                            keyed.limiter(&key).unwrap();
                             last_use.insert(key, (index, now));
                         }
                         Op::Advance(secs) => tokio::time::advance(Duration::from_secs(secs)).await,

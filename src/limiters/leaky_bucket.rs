@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use super::cell::{CellConfig, Names};
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{BucketFull, ConfigError, CostTooHigh, LimiterError};
-use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
+use crate::limiter::{
+    Admission, Booking, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, Unbook,
+};
 use crate::rate::Rate;
 
 /// Starts calls at a constant drip of `count` per `period`, never faster and
@@ -27,19 +29,22 @@ use crate::rate::Rate;
 /// apart, measured between the instants the limiter decided.
 ///
 /// A call that finds the drip busy is not admitted but **booked**: it gets
-/// the next free slots after everything already booked, and its
-/// [`Denial`] names the start of its slot. The bookings are the bucket's
-/// queue, measured in time: the slots booked beyond the drip in progress may
-/// cover at most `queue_capacity` intervals. A call that would book past that
-/// fails at once with [`BucketFull`] (the bucket overflows), which names when
-/// the queue will have room again. Bookings drain as time passes, whether or
-/// not their callers come back: a caller that gives up costs its slot, never
-/// capacity.
+/// the next free slots after the units already booked, and its [`Denial`]
+/// names the start of its slot. The bookings are the bucket's queue: at most
+/// `queue_capacity` units may be booked at once. A call that would book past
+/// that fails at once with [`BucketFull`] (the bucket overflows), which names
+/// when the queue will have room again as its callers start.
 ///
-/// A booking is a place in the schedule, not a ticket: the limiter does not
-/// know who holds it. Whoever asks once the drip is free starts. A caller
-/// that comes back to find its slot taken (it woke late, or a newcomer took
-/// a slot that a caller who gave up left free) is booked again, at the back.
+/// The [`Denial`] holds the booking: it is given back when the denial is
+/// dropped or waited out, so a caller that gives up (a timeout, a lost
+/// `select!` branch) leaves the queue at once and holds nothing. Callers
+/// booked behind it keep their slots.
+///
+/// A booking is a place in the queue, not a ticket for its slot: the limiter
+/// does not know who holds it. Whoever asks once the drip is free starts. A
+/// caller that comes back to find the drip taken (it woke late, or a
+/// newcomer took a slot that a caller who gave up left free) is booked
+/// again, at the back.
 /// Behind a [`LimitLayer`](crate::LimitLayer), whose queue is first come,
 /// first served, only the caller at its head asks the bucket, so callers
 /// start in arrival order and the layer's
@@ -49,7 +54,7 @@ use crate::rate::Rate;
 /// several layers around one bucket).
 ///
 /// The state is three atomic words (the end of the drip in progress, the
-/// end of the bookings, a pause); a decision is one compare-and-swap, and a
+/// units booked, a pause); a decision is one compare-and-swap, and a
 /// booking one more.
 ///
 /// # When to pick it
@@ -91,16 +96,19 @@ use crate::rate::Rate;
 /// let start = Instant::now();
 /// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
 ///
-/// // A burst: the next two are booked 100 ms apart...
+/// // A burst: the next two are booked 100 ms apart (each denial holds its
+/// // caller's booking)...
+/// let mut booked = Vec::new();
 /// for slot in 1..=2 {
 ///     let Admission::Denied(denial) = bucket.try_acquire().await? else { unreachable!() };
 ///     assert_eq!(denial.retry_at(), Some(start + Duration::from_millis(100 * slot)));
+///     booked.push(denial);
 /// }
 /// // ...and the bucket overflows.
 /// assert!(bucket.try_acquire().await.is_err());
 ///
 /// // The first booked caller comes back at its slot and starts.
-/// tokio::time::advance(Duration::from_millis(100)).await;
+/// booked.remove(0).wait().await;
 /// assert!(matches!(bucket.try_acquire().await?, Admission::Granted(_)));
 /// # Ok(())
 /// # }
@@ -114,13 +122,12 @@ struct BucketState {
     config: CellConfig,
     /// Nanoseconds per unit.
     interval: u64,
-    /// `queue_capacity × interval`: how far past the drip in progress slots
-    /// may be booked.
-    span: u64,
     /// The end of the drip in progress, in nanoseconds since the clock's
     /// epoch: nothing starts before it.
     drip: AtomicU64,
-    /// The end of the last booked slot.
+    /// The units booked by callers that still hold their denial, in the low
+    /// half; in the high half, the generation, which `clear` moves on so that
+    /// bookings from before it give nothing back after it.
     booked: AtomicU64,
     /// Nothing starts before this (a pause).
     not_before: AtomicU64,
@@ -217,7 +224,6 @@ impl LeakyBucketLimiter {
             state: Arc::new(BucketState {
                 config,
                 interval,
-                span: interval * u64::from(config.burst()),
                 drip: AtomicU64::new(0),
                 booked: AtomicU64::new(0),
                 not_before: AtomicU64::new(0),
@@ -258,8 +264,8 @@ impl LeakyBucketLimiter {
         self.state.config.burst()
     }
 
-    /// How many units are booked behind the drip now (a slot that has begun
-    /// without its caller counts until it ends).
+    /// How many units are booked behind the drip now: those of the callers
+    /// that hold a booking's [`Denial`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -269,22 +275,41 @@ impl LeakyBucketLimiter {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let bucket = LeakyBucketLimiter::new(1, Duration::from_secs(1), 5)?;
     /// drop(bucket.try_acquire().await?); // starts at once
-    /// drop(bucket.try_acquire_many(3).await?); // booked: 3 units
+    /// let booked = bucket.try_acquire_many(3).await?; // booked: 3 units
     /// assert_eq!(bucket.queued(), 3);
-    /// tokio::time::advance(Duration::from_secs(3)).await; // its caller never came back
-    /// assert_eq!(bucket.queued(), 1);
-    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// drop(booked); // its caller gave up
     /// assert_eq!(bucket.queued(), 0);
     /// # Ok(())
     /// # }
     /// ```
     pub fn queued(&self) -> u32 {
-        let state = &self.state;
-        let now = state.clock.now_nanos();
-        let behind = state.booked.load(Ordering::Acquire);
-        let ahead = state.free_at().max(now);
-        let units = behind.saturating_sub(ahead).div_ceil(state.interval);
-        u32::try_from(units).unwrap_or(u32::MAX)
+        Bookings(self.state.booked.load(Ordering::Acquire)).units()
+    }
+}
+
+/// The word of booked units and its generation.
+#[derive(Clone, Copy)]
+struct Bookings(u64);
+
+impl Bookings {
+    #[inline]
+    fn units(self) -> u32 {
+        self.0 as u32
+    }
+
+    #[inline]
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    #[inline]
+    fn with_units(self, units: u32) -> Self {
+        Self(u64::from(self.generation()) << 32 | u64::from(units))
+    }
+
+    /// No bookings, in a new generation.
+    fn cleared(self) -> Self {
+        Self(u64::from(self.generation().wrapping_add(1)) << 32)
     }
 }
 
@@ -326,41 +351,47 @@ impl BucketState {
         }
     }
 
-    /// The slot a call costing `cost` would book behind `booked`, the drip
-    /// being busy until `free_at`; or [`BucketFull`].
+    /// The slot a call costing `cost` would book behind the `ahead` units
+    /// booked before it, the drip being busy until `free_at`; or
+    /// [`BucketFull`].
     ///
-    /// The call fits once the drip in progress ends at `ends − span` or
-    /// later; if the units booked ahead start on time, that drip begins one
-    /// interval earlier, which is when the error says to retry.
+    /// Each unit ahead starts one interval after the one before it, giving
+    /// its booking back as it does; the error names when enough of them
+    /// will have started for the call to fit.
     #[inline]
-    fn slot(&self, booked: u64, free_at: u64, cost: u32) -> Result<u64, BucketFull> {
-        let slot = booked.max(free_at);
-        let ends = slot.saturating_add(self.weight(cost));
-        if ends - free_at > self.span {
-            let fits_at = (ends - self.span)
-                .saturating_sub(self.interval)
-                .max(free_at);
-            let full = BucketFull::new(self.config.burst(), self.clock.instant_at(fits_at));
-            return Err(full);
+    fn slot(&self, ahead: u32, free_at: u64, cost: u32) -> Result<u64, BucketFull> {
+        let capacity = self.config.burst();
+        match (u64::from(ahead) + u64::from(cost)).checked_sub(u64::from(capacity)) {
+            Some(excess) if excess > 0 => {
+                let fits_at = free_at.saturating_add(self.interval.saturating_mul(excess - 1));
+                Err(BucketFull::new(capacity, self.clock.instant_at(fits_at)))
+            }
+            _ => Ok(free_at.saturating_add(self.weight(ahead))),
         }
-        Ok(slot)
     }
 
     /// Books the slot of a call costing `cost`, the drip being busy until
-    /// `free_at`.
-    fn book(&self, free_at: u64, cost: u32) -> Result<u64, BucketFull> {
-        let mut booked = self.booked.load(Ordering::SeqCst);
+    /// `free_at`: the slot, and the booking its denial holds.
+    fn book(self: &Arc<Self>, free_at: u64, cost: u32) -> Result<(u64, Booking), BucketFull> {
+        let mut word = self.booked.load(Ordering::SeqCst);
         loop {
-            let slot = self.slot(booked, free_at, cost)?;
-            let ends = slot.saturating_add(self.weight(cost));
+            let booked = Bookings(word);
+            let slot = self.slot(booked.units(), free_at, cost)?;
+            let next = booked.with_units(booked.units() + cost);
             match self.booked.compare_exchange_weak(
-                booked,
-                ends,
+                word,
+                next.0,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return Ok(slot),
-                Err(current) => booked = current,
+                Ok(_) => {
+                    let token = booked.with_units(cost).0;
+                    return Ok((
+                        slot,
+                        Booking::new(Arc::clone(self) as Arc<dyn Unbook>, token),
+                    ));
+                }
+                Err(current) => word = current,
             }
         }
     }
@@ -368,7 +399,7 @@ impl BucketState {
     /// Starts the call, or books its slot (listening for `clear` first, so
     /// that a reset in between is not missed), or overflows.
     #[inline]
-    fn admit(&self, cost: u32) -> Result<Admission, LimiterError> {
+    fn admit(self: &Arc<Self>, cost: u32) -> Result<Admission, LimiterError> {
         CostTooHigh::check(cost, self.config.burst() as usize)?;
         let now = self.clock.now_nanos();
         match self.start(now, cost) {
@@ -380,14 +411,16 @@ impl BucketState {
     /// The rest of [`admit`](Self::admit) once the drip was found busy.
     #[cold]
     #[inline(never)]
-    fn book_or_start(&self, now: u64, cost: u32) -> Result<Admission, LimiterError> {
+    fn book_or_start(self: &Arc<Self>, now: u64, cost: u32) -> Result<Admission, LimiterError> {
         let listener = self.reopened.listen();
         match self.start(now, cost) {
             Ok(permit) => Ok(Admission::Granted(permit)),
             Err(free_at) => {
-                let slot = self.book(free_at, cost).map_err(LimiterError::new)?;
+                let (slot, booking) = self.book(free_at, cost).map_err(LimiterError::new)?;
                 let denial = Denial::until(self.clock.instant_at(slot));
-                Ok(Admission::Denied(denial.or_released(listener)))
+                Ok(Admission::Denied(
+                    denial.or_released(listener).holding(booking),
+                ))
             }
         }
     }
@@ -400,10 +433,8 @@ impl BucketState {
         if now >= free_at {
             return Ok(None);
         }
-        let booked = self.booked.load(Ordering::SeqCst);
-        let slot = self
-            .slot(booked, free_at, cost)
-            .map_err(LimiterError::new)?;
+        let ahead = Bookings(self.booked.load(Ordering::SeqCst)).units();
+        let slot = self.slot(ahead, free_at, cost).map_err(LimiterError::new)?;
         Ok(Some(Denial::until(self.clock.instant_at(slot))))
     }
 
@@ -420,6 +451,21 @@ impl BucketState {
             self.drip
                 .fetch_add(self.weight(to - from), Ordering::SeqCst);
         }
+    }
+}
+
+impl Unbook for BucketState {
+    /// Gives the units back, unless `clear` has started a new generation.
+    fn unbook(&self, token: u64) {
+        let given = Bookings(token);
+        // Declines only for an older generation: nothing to give back then.
+        let _ = self
+            .booked
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+                let booked = Bookings(word);
+                let units = booked.units().checked_sub(given.units())?;
+                (booked.generation() == given.generation()).then(|| booked.with_units(units).0)
+            });
     }
 }
 
@@ -472,7 +518,8 @@ impl Limiter for LeakyBucketLimiter {
         let at = if now >= free_at {
             now
         } else {
-            state.booked.load(Ordering::SeqCst).max(free_at)
+            let ahead = Bookings(state.booked.load(Ordering::SeqCst)).units();
+            free_at.saturating_add(state.weight(ahead))
         };
         LimiterFuture::ready(Ok(state.clock.instant_at(at)))
     }
@@ -489,7 +536,12 @@ impl Limiter for LeakyBucketLimiter {
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let state = &self.state;
         state.drip.store(0, Ordering::SeqCst);
-        state.booked.store(0, Ordering::SeqCst);
+        // The closure never declines, so this cannot fail.
+        let _ = state
+            .booked
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+                Some(Bookings(word).cleared().0)
+            });
         state.not_before.store(0, Ordering::SeqCst);
         state.reopened.notify();
         LimiterFuture::ready(Ok(()))
@@ -503,14 +555,19 @@ impl Limiter for LeakyBucketLimiter {
         }
     }
 
-    /// Makes the permit occupy `actual` intervals of the drip: fewer frees
-    /// the rest if nothing has started since, more delays the drip by the
-    /// difference.
+    /// Makes the permit occupy `actual` intervals of the drip (at most the
+    /// queue capacity): fewer frees the rest if nothing has started since,
+    /// more delays the drip by the difference.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         if let Some(start) = permit.token() {
+            let actual = actual.min(self.state.config.burst());
             self.state.redrip(start, permit.cost(), actual);
             permit.settled(actual, None);
         }
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.state) > 1
     }
 }
 

@@ -369,6 +369,10 @@ impl<S: LeaseStore> Limiter for LeasedConcurrencyLimiter<S> {
             Ok(())
         })
     }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
+    }
 }
 
 impl<S: LeaseStore + fmt::Debug> fmt::Debug for LeasedConcurrencyLimiter<S> {

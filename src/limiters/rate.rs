@@ -427,16 +427,23 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         }
     }
 
-    /// Erases or adds starts at the permit's start time.
+    /// Erases or adds starts at the permit's start time, up to the window's
+    /// limit.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
+        let max = self.policy().max_executions();
+        let actual = actual.min(u32::try_from(max).unwrap_or(u32::MAX));
         if from != actual {
             let to = actual;
             self.shared.adjust(Adjustment::Settle { ticket, from, to });
             permit.settled(actual, None);
         }
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
     }
 }
 

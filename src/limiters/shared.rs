@@ -287,14 +287,20 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
         }
     }
 
+    /// Charges or gives back the difference, up to the quota's capacity.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
+        let actual = actual.min(self.shared.quota.capacity());
         if from != actual {
             let ticket = self.shared.adjust(ticket, from, actual);
             permit.settled(actual, ticket);
         }
+    }
+
+    fn is_in_use(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
     }
 }
 

@@ -320,8 +320,10 @@ impl WindowState for SlidingState {
 
     #[inline]
     fn decide(&self, cost: u32) -> Admission {
-        let now = self.clock.now_nanos();
         let mut counts = self.lock();
+        // Read under the lock: a reading older than the counts' window would
+        // weigh them as if they were the previous window's.
+        let now = self.clock.now_nanos();
         if let Some(at) = self.blocked_until(now, *counts, cost) {
             return Admission::Denied(Denial::until(self.clock.instant_at(at)));
         }
@@ -342,8 +344,8 @@ impl WindowState for SlidingState {
     /// whether room was given back.
     fn recount(&self, index: u64, from: u32, to: u32) -> bool {
         let (from, to) = (u64::from(from), u64::from(to));
-        let current = self.windows.index(self.clock.now_nanos());
         let mut counts = self.lock();
+        let current = self.windows.index(self.clock.now_nanos());
         *counts = counts.at(current);
         let count = if index == current {
             &mut counts.current

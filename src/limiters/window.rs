@@ -236,17 +236,22 @@ macro_rules! impl_limiter_for_windows {
                     }
                 }
 
-                /// Moves the permit's count to `actual`: a lower cost gives
-                /// units back while they still count, a higher one is always
-                /// charged (to the current window once the permit's units no
-                /// longer count).
+                /// Moves the permit's count to `actual` (at most the limit):
+                /// a lower cost gives units back while they still count, a
+                /// higher one is always charged (to the current window once
+                /// the permit's units no longer count).
                 fn settle(&self, permit: &mut Permit, actual: u32) {
                     if let Some(index) = permit.token() {
+                        let actual = actual.min(self.state.windows().max());
                         if self.state.recount(index, permit.cost(), actual) {
                             self.state.reopened().notify();
                         }
                         permit.settled(actual, None);
                     }
+                }
+
+                fn is_in_use(&self) -> bool {
+                    std::sync::Arc::strong_count(&self.state) > 1
                 }
             }
         };

@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: sliding windows in this process's memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -11,13 +11,15 @@ use super::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
 use crate::clock::{Clock, duration_nanos};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::start_log::StartLog;
 
 /// Keeps sliding windows in memory: fast, one process only.
 ///
-/// Clones share the same windows. A window holds at most the last
-/// `max_executions` start times (starts recorded past a full window with
-/// `record_start` are dropped once they leave it), so memory per named limit
-/// is bounded by the policy, and a decision does constant work.
+/// Clones share the same windows. A window keeps one entry per instant at
+/// which calls started, with how many units started then (a call's cost
+/// is a number, never a run of entries), and drops entries as they leave
+/// the window: memory per named limit is bounded by the starts within one
+/// window, and a decision's work by the entries that leave for it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -79,8 +81,9 @@ impl fmt::Debug for MemoryKey {
 
 #[derive(Default)]
 struct SlidingLog {
-    /// Start times, oldest first, in nanoseconds since the clock's epoch.
-    starts: VecDeque<u64>,
+    /// The starts still in the window (and some that left it since the
+    /// last decision).
+    starts: StartLog,
     /// No start before this (0: none).
     next_available: u64,
     /// The current backoff; `None` means the policy's initial delay.
@@ -189,25 +192,13 @@ fn lock(key: &MemoryKey) -> MutexGuard<'_, SlidingLog> {
 }
 
 impl SlidingLog {
-    /// Drops starts at or before `now - window`: the window is `(now - window, now]`.
-    fn prune(&mut self, now: u64, window: u64) {
-        let Some(horizon) = now.checked_sub(window) else {
-            return;
-        };
-        while self.starts.front().is_some_and(|&start| start <= horizon) {
-            self.starts.pop_front();
-        }
-    }
-
     /// When the window has room for `cost` more starts, if it has not at
-    /// `now`: at most `max_executions - cost` may stay, so the start before
-    /// the newest of those must leave.
+    /// `now`: at most `max_executions - cost` units may stay.
     #[inline]
     fn window_frees_at(&self, now: u64, policy: &WindowPolicy, cost: u32) -> Option<u64> {
-        let room = policy.max_executions.saturating_sub(cost as usize);
-        let index = self.starts.len().checked_sub(room + 1)?;
-        let frees_at = self.starts[index].saturating_add(duration_nanos(policy.window));
-        (frees_at > now).then_some(frees_at)
+        let room = policy.max_units().saturating_sub(u64::from(cost));
+        self.starts
+            .frees_at(now, room, duration_nanos(policy.window))
     }
 
     /// When `cost` starts could be granted, if not at `now`.
@@ -229,12 +220,10 @@ impl SlidingLog {
         if let Some(retry_at) = self.blocked_until(now, policy, cost) {
             return Err(retry_at);
         }
-        // The window has room, so every start but the newest
-        // `max_executions - cost` has left it: keep only those.
-        let keep = policy.max_executions.saturating_sub(cost as usize);
-        while self.starts.len() > keep {
-            self.starts.pop_front();
-        }
+        // The window has room, so the starts that had to leave for it have
+        // left: drop them.
+        let room = policy.max_units().saturating_sub(u64::from(cost));
+        self.starts.make_room(room, duration_nanos(policy.window));
         self.backoff = None;
         self.record(now, policy, cost, jitter);
         Ok(now)
@@ -243,11 +232,7 @@ impl SlidingLog {
     /// Records `cost` starts at `now`; backs off if that fills the window.
     #[inline]
     fn record(&mut self, now: u64, policy: &WindowPolicy, cost: u32, jitter: f64) {
-        if cost == 1 {
-            self.starts.push_back(now);
-        } else {
-            self.starts.extend(std::iter::repeat_n(now, cost as usize));
-        }
+        self.starts.add(now, u64::from(cost));
         if let (Some(backoff), Some(frees_at)) =
             (policy.backoff, self.window_frees_at(now, policy, 1))
         {
@@ -270,44 +255,13 @@ impl SlidingLog {
     }
 
     fn refund(&mut self, now: u64, ticket: u64, cost: u32, policy: &WindowPolicy) {
-        self.erase(ticket, cost);
+        self.starts.remove(ticket, u64::from(cost));
         if self.window_frees_at(now, policy, 1).is_none()
             && let Some(escalation) = self.last_escalation.take()
         {
             self.next_available = escalation.next_available;
             self.backoff = escalation.backoff;
         }
-    }
-
-    /// Erases `count` starts recorded at `ticket`.
-    fn erase(&mut self, ticket: u64, count: u32) {
-        for _ in 0..count {
-            if let Some(index) = self.starts.iter().rposition(|&start| start == ticket) {
-                self.starts.remove(index);
-            }
-        }
-    }
-
-    /// Turns `from` starts at `ticket` into `to`.
-    fn settle(&mut self, ticket: u64, from: u32, to: u32) {
-        if to < from {
-            return self.erase(ticket, from - to);
-        }
-        // Keep the log in time order: the extra starts go after the last
-        // start at or before the ticket.
-        let at = self.starts.partition_point(|&start| start <= ticket);
-        for _ in from..to {
-            self.starts.insert(at, ticket);
-        }
-    }
-
-    /// The starts within the last `window`, oldest first.
-    fn in_window(&self, now: u64, window: Duration) -> impl Iterator<Item = u64> + '_ {
-        let horizon = now.checked_sub(duration_nanos(window));
-        self.starts
-            .iter()
-            .copied()
-            .filter(move |&start| horizon.is_none_or(|horizon| start > horizon))
     }
 }
 
@@ -354,7 +308,7 @@ impl RateLimiterStore for MemoryStore {
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let mut log = lock(key);
         let now = self.now();
-        log.prune(now, duration_nanos(policy.window));
+        log.starts.prune(now, duration_nanos(policy.window));
         log.record(now, &policy, 1, jitter);
         LimiterFuture::ready(Ok(()))
     }
@@ -379,7 +333,7 @@ impl RateLimiterStore for MemoryStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        lock(key).settle(ticket, from, to);
+        lock(key).starts.resize(ticket, from, to);
         LimiterFuture::ready(Ok(()))
     }
 
@@ -398,8 +352,12 @@ impl RateLimiterStore for MemoryStore {
         key: &'a MemoryKey,
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let count = lock(key).in_window(self.now(), window).count();
-        LimiterFuture::ready(Ok(count))
+        let units: u64 = lock(key)
+            .starts
+            .in_window(self.now(), duration_nanos(window))
+            .map(|start| start.units)
+            .sum();
+        LimiterFuture::ready(Ok(usize::try_from(units).unwrap_or(usize::MAX)))
     }
 
     fn oldest_execution_at_offset<'a>(
@@ -408,8 +366,14 @@ impl RateLimiterStore for MemoryStore {
         window: Duration,
         offset: usize,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let start = lock(key).in_window(self.now(), window).nth(offset);
-        LimiterFuture::ready(Ok(start.map(|nanos| self.instant(nanos))))
+        let log = lock(key);
+        let mut before = 0_u64;
+        let mut in_window = log.starts.in_window(self.now(), duration_nanos(window));
+        let start = in_window.find(|start| {
+            before = before.saturating_add(start.units);
+            before > u64::try_from(offset).unwrap_or(u64::MAX)
+        });
+        LimiterFuture::ready(Ok(start.map(|start| self.instant(start.at))))
     }
 
     fn next_available<'a>(

@@ -627,6 +627,11 @@ impl WindowPolicy {
         self.max_executions
     }
 
+    /// [`max_executions`](Self::max_executions) as a count of units.
+    pub(crate) fn max_units(&self) -> u64 {
+        u64::try_from(self.max_executions).unwrap_or(u64::MAX)
+    }
+
     /// The window's length.
     ///
     /// ```

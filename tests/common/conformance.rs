@@ -252,10 +252,13 @@ pub(crate) async fn quota_take_and_reset<S: Store>(store: S) {
     .await;
 }
 
-/// 40 concurrent decisions on a quota of 3: exactly 3 are granted.
+/// 40 concurrent decisions on a quota of 3: exactly 3 are granted when they
+/// all land within one refill (a third of the window); on a machine so busy
+/// that they do not, at most 3 more per refill that passed.
 pub(crate) async fn quota_decisions_are_atomic<S: Store>(store: S) {
     each_quota(&store, |store, key, quota, what| async move {
         let key = std::sync::Arc::new(key);
+        let start = Instant::now();
         let tasks: Vec<_> = (0..40)
             .map(|_| {
                 let (store, key) = (store.clone(), std::sync::Arc::clone(&key));
@@ -269,7 +272,16 @@ pub(crate) async fn quota_decisions_are_atomic<S: Store>(store: S) {
                 WindowDecision::Granted { .. }
             ));
         }
-        assert_eq!(grants, 3, "{what}");
+        let refills = (start.elapsed().as_nanos() / (WINDOW / 3).as_nanos()) as usize;
+        if refills == 0 {
+            assert_eq!(grants, 3, "{what}");
+        } else {
+            let most = 3 * (1 + refills);
+            assert!(
+                (3..=most).contains(&grants),
+                "{what}: {grants} granted, at most {most}"
+            );
+        }
     })
     .await;
 }
