@@ -510,13 +510,21 @@ impl<K: Eq, L: Limiter> Shard<K, L> {
     /// flood costs a scan per eighth of a shard, not per key). Whether it
     /// freed any.
     fn make_room(&mut self, now: u64, idle_timeout: u64) -> bool {
-        if self.evict_idle(now, idle_timeout) > 0 {
+        let idle = self.evict_idle(now, idle_timeout);
+        if idle > 0 {
+            tracing::debug!(forgotten = idle, "keyed limiter full: forgot idle keys");
             return true;
         }
         let mut stamps = Vec::with_capacity(self.entries.len());
         let free = self.entries.iter().filter(|entry| !entry.is_in_use());
         stamps.extend(free.map(|entry| entry.last_used));
         if stamps.is_empty() {
+            // Debug, not warn: under a key flood this fires per request; the
+            // caller sees the refusal as a `KeysFull` error.
+            tracing::debug!(
+                keys = self.entries.len(),
+                "keyed limiter full and every key in use: refusing a new key"
+            );
             return false;
         }
         // The least recently used eighth: stamps are unique, so every free
@@ -525,6 +533,10 @@ impl<K: Eq, L: Limiter> Shard<K, L> {
         let (_, &mut cutoff, _) = stamps.select_nth_unstable(count - 1);
         self.entries
             .retain(|entry| entry.last_used > cutoff || entry.is_in_use());
+        tracing::debug!(
+            forgotten = count,
+            "keyed limiter full: forgot the least recently used keys"
+        );
         true
     }
 }
