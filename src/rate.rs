@@ -339,7 +339,7 @@ impl fmt::Display for Rate {
         // `ns` always matches: nanos >= 1 and any integer is exact in ns.
         let (name, unit) = UNITS
             .into_iter()
-            .find(|&(_, unit)| nanos >= unit && (nanos * scale) % unit == 0)
+            .find(|&(_, unit)| nanos >= unit && (nanos * scale).is_multiple_of(unit))
             .unwrap_or(("ns", 1));
         let whole = nanos / unit;
         let mut fraction = (nanos % unit) * scale / unit;
@@ -349,7 +349,7 @@ impl fmt::Display for Rate {
         write!(f, "{whole}")?;
         if fraction != 0 {
             let mut digits = DISPLAY_DECIMALS as usize;
-            while fraction % 10 == 0 {
+            while fraction.is_multiple_of(10) {
                 fraction /= 10;
                 digits -= 1;
             }
@@ -711,7 +711,7 @@ fn period_nanos(whole: &str, fraction: &str, unit_nanos: u128) -> Nanos {
         let scale = 10u128.pow(fraction.len() as u32);
         // digits < 10^16 and unit_nanos < 10^14: no overflow.
         let scaled = digits * unit_nanos;
-        if scaled % scale != 0 {
+        if !scaled.is_multiple_of(scale) {
             return Nanos::Fractional;
         }
         let Some(sum) = nanos.checked_add(scaled / scale) else {

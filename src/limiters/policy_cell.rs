@@ -68,7 +68,7 @@ mod tests {
         WindowPolicy {
             max_executions,
             window: Duration::from_millis(max_executions as u64),
-            backoff: (max_executions % 2 == 0).then_some(Backoff {
+            backoff: max_executions.is_multiple_of(2).then_some(Backoff {
                 initial: Duration::from_millis(1),
                 multiplier: max_executions as f64,
                 max: Duration::from_secs(1),

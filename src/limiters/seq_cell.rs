@@ -32,7 +32,7 @@ impl<const N: usize> SeqCell<N> {
             let before = self.sequence.load(Ordering::Acquire);
             let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
             fence(Ordering::Acquire);
-            if before % 2 == 0 && self.sequence.load(Ordering::Relaxed) == before {
+            if before.is_multiple_of(2) && self.sequence.load(Ordering::Relaxed) == before {
                 return words;
             }
             std::hint::spin_loop();
