@@ -6,12 +6,13 @@
 //! ready at once (an in-memory limiter) is taken holding the turn. An answer
 //! that takes a round trip (a store) is not: the caller gives the turn up
 //! while its request is in flight, and the next caller in line may ask too,
-//! as long as fewer than `window` such retries are in flight. The window
-//! grows by one per grant (it doubles each round trip while every retry is
-//! granted) and falls back to one at a denial, so a refill that admits many
-//! callers admits them in a few round trips, while a backlog behind a limit
-//! that admits one at a time costs the store a few decisions per refill, not
-//! one per waiting caller.
+//! as long as fewer retries are in flight than were granted since the last
+//! denial (at least one). That window doubles each round trip while every
+//! retry is granted and falls back to one at a denial, so a refill that
+//! admits many callers admits them in a few round trips, while a backlog
+//! behind a limit that admits one caller per refill costs the store two
+//! decisions per refill (the grant, and the denial that closes the window),
+//! not one per waiting caller.
 //!
 //! A caller keeps its position in line when a retry is denied: it goes back
 //! ahead of everyone ranked after it.
@@ -109,8 +110,9 @@ struct State<O, Lane> {
     held: bool,
     /// Retries sent to the limiter and not answered yet.
     in_flight: usize,
-    /// How many retries may be in flight at once.
-    window: usize,
+    /// Retries granted since the last denial: how many (at least one) may
+    /// be in flight at once.
+    granted_since_denial: usize,
     next_seq: u64,
 }
 
@@ -122,7 +124,7 @@ impl<O: Default, Lane> Default for Line<O, Lane> {
                 order: O::default(),
                 held: false,
                 in_flight: 0,
-                window: 1,
+                granted_since_denial: 0,
                 next_seq: 0,
             }),
             places: AtomicUsize::new(0),
@@ -150,8 +152,8 @@ impl<O: Order<Lane>, Lane> Line<O, Lane> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A place at the back of the line, unless `max_waiting` callers already
-    /// wait.
+    /// A place in line (behind every caller ranked before it), unless
+    /// `max_waiting` callers already wait.
     pub(crate) fn enter(
         self: &Arc<Self>,
         lane: Lane,
@@ -186,7 +188,7 @@ impl<O: Order<Lane>, Lane> State<O, Lane> {
     /// Hands a free turn to the next caller in line, if the window lets one
     /// more retry out.
     fn pass_turn(&mut self) {
-        if self.held || self.in_flight >= self.window {
+        if self.held || self.in_flight >= self.granted_since_denial.max(1) {
             return;
         }
         if let Some(((rank, _), ticket)) = self.waiting.pop_first() {
@@ -245,9 +247,11 @@ impl<O: Order<Lane>, Lane> Place<O, Lane> {
         state.in_flight -= 1;
         self.status = Status::Done;
         match answer {
-            Ok(Admission::Granted(_)) => state.window = state.window.saturating_add(1),
+            Ok(Admission::Granted(_)) => {
+                state.granted_since_denial = state.granted_since_denial.saturating_add(1)
+            }
             Ok(Admission::Denied(_)) => {
-                state.window = 1;
+                state.granted_since_denial = 0;
                 self.ticket.granted.store(false, Ordering::Release);
                 state.order.refiled(&self.ticket.lane, self.position.0);
                 state

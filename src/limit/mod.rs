@@ -62,12 +62,13 @@
 //!   in the order they reach it.
 //! - A denied caller joins the line. The head sleeps until the instant named,
 //!   sends its retry and hands the turn on: the callers behind it send theirs
-//!   while it is in flight, up to a window that doubles each round trip while
-//!   retries are granted and falls back to one at a denial. A refill (or the
-//!   end of a pause) that admits 100 callers admits them in about 7 round
-//!   trips; a backlog behind a limit that admits one caller per refill costs
-//!   the store about three decisions per admission, not one per waiting
-//!   caller.
+//!   while it is in flight, as many at once as were granted since the last
+//!   denial (at least one): the window doubles each round trip while retries
+//!   are granted and falls back to one at a denial. A refill (or the end of a
+//!   pause) that admits 100 callers admits them in about 8 round trips; a
+//!   backlog behind a limit that admits one caller per refill costs the store
+//!   two decisions per refill (the grant and one denial), not one per
+//!   waiting caller.
 //! - The line keeps its order: its callers get the turn in the order they
 //!   joined it (when denied, or on finding others in line), and a caller
 //!   whose retry is denied goes back ahead of everyone who joined after it.

@@ -36,7 +36,7 @@ pub(crate) enum NotYet {
 /// answer if it is ready at once. A denial fails with [`Rejected`] in reject
 /// mode.
 #[inline]
-pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N: Send + Sync + 'static>(
+pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
     limiter: &L,
     cost: u32,
     line: &Line<O, N>,
@@ -76,31 +76,20 @@ pub(crate) fn wait_for_admission<L: Limiter + Clone, O: Order<N>, N: Send + Sync
         return Ok(Box::pin(ask_once(limiter, cost)));
     }
     let deadline = deadline(options.max_wait);
-    let wait: WaitFuture = match not_yet {
-        NotYet::Later => Box::pin(ask_then_line(
-            limiter,
-            cost,
-            Arc::clone(line),
-            lane,
-            options,
-            deadline,
-        )),
+    let denial = match not_yet {
+        NotYet::Later => {
+            let line = Arc::clone(line);
+            let wait = ask_then_line(limiter, cost, line, lane, options.max_waiting, deadline);
+            return Ok(Box::pin(within(deadline, wait)));
+        }
         NotYet::Denied(denial) => {
             check_deadline(&denial, deadline)?;
-            let place = line.enter(lane, options.max_waiting)?;
-            Box::pin(admit_from_line(
-                limiter,
-                cost,
-                place,
-                Some(denial),
-                deadline,
-            ))
+            Some(denial)
         }
-        NotYet::Behind => {
-            let place = line.enter(lane, options.max_waiting)?;
-            Box::pin(admit_from_line(limiter, cost, place, None, deadline))
-        }
+        NotYet::Behind => None,
     };
+    let place = line.enter(lane, options.max_waiting)?;
+    let wait = admit_from_line(limiter, cost, place, denial, deadline);
     Ok(Box::pin(within(deadline, wait)))
 }
 
@@ -136,7 +125,7 @@ async fn ask_then_line<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static
     cost: u32,
     line: Arc<Line<O, N>>,
     lane: N,
-    options: Options,
+    max_waiting: Option<usize>,
     deadline: Option<Instant>,
 ) -> Result<Permit, BoxError> {
     let denial = match Decision::new(limiter.clone(), cost).await? {
@@ -144,7 +133,7 @@ async fn ask_then_line<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static
         Admission::Denied(denial) => denial,
     };
     check_deadline(&denial, deadline)?;
-    let place = line.enter(lane, options.max_waiting)?;
+    let place = line.enter(lane, max_waiting)?;
     admit_from_line(limiter, cost, place, Some(denial), deadline).await
 }
 
