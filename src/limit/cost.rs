@@ -200,7 +200,7 @@ where
         let (limiter, queue, options) =
             (self.limiter.clone(), Arc::clone(&self.queue), self.options);
         async move {
-            let permit = admit_in_line(&limiter, cost, &queue, options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, (), options).await?;
             Ok((limiter, permit))
         }
     }

@@ -2,23 +2,22 @@
 //! round-robin across their keys, so one tenant's backlog cannot starve the
 //! others.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tower_layer::Layer;
 
 use super::Options;
 use super::keyed::{KeepEstimate, RequestCost, UnitCost};
+use super::line::{Line, Order};
 use super::per_request::sealed::Sealed;
 use super::per_request::{AdmitRequest, PerRequest};
-use super::waiting::{admit_holding_turn, deadline, within};
-use crate::error::{BoxError, Overloaded};
+use super::waiting::admit_in_line;
+use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 
 type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
@@ -29,6 +28,12 @@ type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
 /// with 10 each get every other admission. With
 /// [`weight`](FairLimitLayer::weight), a key of weight 3 gets three turns per
 /// round to another's one. Within a key, callers go in arrival order.
+///
+/// With a limiter that answers after a round trip (a store), first attempts
+/// run concurrently and retries of callers in line overlap, as the
+/// [module docs](crate::limit#limiters-that-answer-after-a-round-trip) say;
+/// the turns still go across keys in the same proportions, and a caller whose
+/// retry is denied keeps its place.
 ///
 /// Like [`KeyedLimitLayer`](super::KeyedLimitLayer), it admits a request
 /// when it is called (the key comes from the request): `poll_ready` is always
@@ -66,7 +71,7 @@ pub struct FairLimitLayer<K, L, F, C = UnitCost, G = KeepEstimate> {
     cost_of: Arc<C>,
     settle_with: Arc<G>,
     weigh: Option<Arc<Weigh<K>>>,
-    queue: Arc<FairQueue<K>>,
+    queue: Arc<Line<FairShares<K>, Tenant<K>>>,
     options: Options,
 }
 
@@ -98,7 +103,7 @@ impl<K, L, F> FairLimitLayer<K, L, F, UnitCost, KeepEstimate> {
             cost_of: Arc::new(UnitCost),
             settle_with: Arc::new(KeepEstimate),
             weigh: None,
-            queue: Arc::new(FairQueue::new()),
+            queue: Arc::default(),
             options: Options::default(),
         }
     }
@@ -207,11 +212,13 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     }
 
     /// Past `max_waiting` callers waiting in all, a request fails at once
-    /// with [`Overloaded`].
+    /// with [`Overloaded`](crate::error::Overloaded).
     ///
     /// A caller that holds the turn (it asks the limiter next) is not
     /// waiting: with `max_waiting(1)`, one caller waits for the limiter, one
-    /// waits behind it, and the next is turned away, whatever its key.
+    /// waits behind it, and the next is turned away, whatever its key. With
+    /// a limiter that answers after a round trip, callers whose retry is in
+    /// flight count; a caller's first attempt does not.
     ///
     /// ```
     /// use std::convert::Infallible;
@@ -353,16 +360,12 @@ where
     ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
         let key = (self.key_of)(request);
         let weight = self.weigh.as_ref().map_or(1, |weigh| weigh(&key).max(1));
+        let tenant = Tenant { key, weight };
         let cost = self.cost_of.cost(request);
         let (limiter, queue, options) =
             (self.limiter.clone(), Arc::clone(&self.queue), self.options);
         async move {
-            let deadline = deadline(options.max_wait);
-            let permit = within(deadline, async {
-                let _turn = queue.turn(key, weight, options.max_waiting)?.await;
-                admit_holding_turn(&limiter, cost, None, deadline).await
-            })
-            .await?;
+            let permit = admit_in_line(&limiter, cost, &queue, tenant, options).await?;
             Ok((limiter, permit))
         }
     }
@@ -372,197 +375,77 @@ where
     }
 }
 
-/// The turn to ask the shared limiter, passed round-robin across keys.
-struct FairQueue<K> {
-    state: Mutex<FairState<K>>,
+/// Waiting callers ranked fairly across their keys (start-time fair
+/// queueing): each caller of a key is ranked `1 / weight` after the key's
+/// previous one, and never before the rank last handed the turn. Keys with
+/// callers waiting thus take turns, a key of weight 3 three per round, and a
+/// key that joins the line starts at the current round.
+pub(super) struct FairShares<K> {
+    /// The rank last handed the turn.
+    now: u128,
+    /// Keys with callers in line.
+    keys: HashMap<K, Share>,
 }
 
-struct FairState<K> {
-    /// Someone holds the turn.
-    held: bool,
-    lanes: HashMap<K, Lane>,
-    /// Keys with waiting callers, in the order they are served.
-    ring: VecDeque<K>,
+/// One key's standing in line.
+struct Share {
+    /// Rank of the key's latest caller.
+    last: u128,
+    /// Its callers in line.
     waiting: usize,
 }
 
-/// One key's waiting callers.
-struct Lane {
-    tickets: VecDeque<Arc<Ticket>>,
-    weight: u32,
-    /// Turns taken in this round.
-    served: u32,
-}
+/// A rank step of weight 1; a key of weight `w` steps `ROUND / w`.
+const ROUND: u128 = 1 << 32;
 
-/// A waiting caller: told when the turn is handed to it.
-#[derive(Default)]
-struct Ticket {
-    granted: AtomicBool,
-    notify: Notify,
-}
-
-impl<K> FairQueue<K> {
-    fn new() -> Self {
+impl<K> Default for FairShares<K> {
+    fn default() -> Self {
         Self {
-            state: Mutex::new(FairState {
-                held: false,
-                lanes: HashMap::new(),
-                ring: VecDeque::new(),
-                waiting: 0,
-            }),
+            now: 0,
+            keys: HashMap::new(),
         }
     }
 }
 
-impl<K: Hash + Eq + Clone> FairQueue<K> {
-    fn lock(&self) -> MutexGuard<'_, FairState<K>> {
-        // Every update completes under the lock: a poisoned state is consistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The turn for a caller of `key`: at once if nobody holds it, else once
-    /// the round-robin reaches this caller. [`Overloaded`] at once if
-    /// `max_waiting` callers already wait.
-    fn turn(
-        self: &Arc<Self>,
-        key: K,
-        weight: u32,
-        max_waiting: Option<usize>,
-    ) -> Result<impl Future<Output = Turn<K>> + Send + 'static, Overloaded>
-    where
-        K: Send + Sync + 'static,
-    {
-        let mut state = self.lock();
-        let ticket = if state.held {
-            if max_waiting.is_some_and(|max| state.waiting >= max) {
-                return Err(Overloaded::new(state.waiting));
-            }
-            Some(state.enqueue(key.clone(), weight))
-        } else {
-            state.held = true;
-            None
-        };
-        drop(state);
-        let queue = Arc::clone(self);
-        Ok(async move {
-            if let Some(ticket) = ticket {
-                let waiter = Waiter {
-                    queue: &queue,
-                    key,
-                    ticket,
-                    holds_turn: false,
-                };
-                waiter.granted().await;
-            }
-            Turn { queue }
-        })
-    }
-
-    /// Hands the turn to the next caller in round-robin order, or frees it.
-    fn pass_turn(state: &mut FairState<K>) {
-        match state.next_ticket() {
-            Some(ticket) => {
-                ticket.granted.store(true, Ordering::Release);
-                ticket.notify.notify_one();
-            }
-            None => state.held = false,
-        }
-    }
-}
-
-impl<K: Hash + Eq + Clone> FairState<K> {
-    /// The next caller in round-robin order, taken out of its lane: the key
-    /// at the front of the ring keeps it for `weight` turns, then goes to
-    /// the back.
-    fn next_ticket(&mut self) -> Option<Arc<Ticket>> {
-        let key = self.ring.front()?.clone();
-        let lane = self.lanes.get_mut(&key)?;
-        let ticket = lane.tickets.pop_front()?;
-        lane.served += 1;
-        if lane.tickets.is_empty() {
-            self.lanes.remove(&key);
-            self.ring.pop_front();
-        } else if lane.served >= lane.weight {
-            lane.served = 0;
-            self.ring.rotate_left(1);
-        }
-        self.waiting -= 1;
-        Some(ticket)
-    }
-
-    fn enqueue(&mut self, key: K, weight: u32) -> Arc<Ticket> {
-        let ticket = Arc::new(Ticket::default());
-        let lane = self.lanes.entry(key.clone()).or_insert_with(|| Lane {
-            tickets: VecDeque::new(),
-            weight,
-            served: 0,
-        });
-        if lane.tickets.is_empty() {
-            self.ring.push_back(key);
-        }
-        lane.tickets.push_back(Arc::clone(&ticket));
-        self.waiting += 1;
-        ticket
-    }
-
-    /// Takes a caller who gave up out of its lane.
-    fn withdraw(&mut self, key: &K, ticket: &Arc<Ticket>) {
-        let Some(lane) = self.lanes.get_mut(key) else {
-            return;
-        };
-        let Some(index) = lane.tickets.iter().position(|t| Arc::ptr_eq(t, ticket)) else {
-            return;
-        };
-        lane.tickets.remove(index);
-        self.waiting -= 1;
-        if lane.tickets.is_empty() {
-            self.lanes.remove(key);
-            self.ring.retain(|k| k != key);
-        }
-    }
-}
-
-/// A caller waiting for the turn; if dropped before it is through, it gives
-/// up its place, or passes on a turn it was handed.
-struct Waiter<'a, K: Hash + Eq + Clone> {
-    queue: &'a FairQueue<K>,
+/// What a waiting caller is filed under: its key, and the key's weight.
+pub(super) struct Tenant<K> {
     key: K,
-    ticket: Arc<Ticket>,
-    /// The caller has the turn, and a `Turn` will release it.
-    holds_turn: bool,
+    weight: u32,
 }
 
-impl<K: Hash + Eq + Clone> Waiter<'_, K> {
-    async fn granted(mut self) {
-        while !self.ticket.granted.load(Ordering::Acquire) {
-            // `notify_one` stores a permit: a grant before this await is kept.
-            self.ticket.notify.notified().await;
-        }
-        self.holds_turn = true;
+impl<K: Hash + Eq + Clone + Send + 'static> Order<Tenant<K>> for FairShares<K> {
+    const HOLDER_WAITS: bool = false;
+
+    fn rank(&mut self, tenant: &Tenant<K>) -> u128 {
+        let now = self.now;
+        let share = self.keys.entry(tenant.key.clone()).or_insert(Share {
+            last: now,
+            waiting: 0,
+        });
+        share.last = share.last.max(now) + ROUND / u128::from(tenant.weight.max(1));
+        share.waiting += 1;
+        share.last
     }
-}
 
-impl<K: Hash + Eq + Clone> Drop for Waiter<'_, K> {
-    fn drop(&mut self) {
-        if self.holds_turn {
-            return;
-        }
-        let mut state = self.queue.lock();
-        if self.ticket.granted.load(Ordering::Acquire) {
-            FairQueue::pass_turn(&mut state);
-        } else {
-            state.withdraw(&self.key, &self.ticket);
+    fn served(&mut self, tenant: &Tenant<K>, rank: u128) {
+        self.now = self.now.max(rank);
+        self.left(tenant);
+    }
+
+    fn left(&mut self, tenant: &Tenant<K>) {
+        if let Some(share) = self.keys.get_mut(&tenant.key) {
+            share.waiting -= 1;
+            if share.waiting == 0 {
+                self.keys.remove(&tenant.key);
+            }
         }
     }
-}
 
-/// The turn to ask the shared limiter; passed on when dropped.
-struct Turn<K: Hash + Eq + Clone> {
-    queue: Arc<FairQueue<K>>,
-}
-
-impl<K: Hash + Eq + Clone> Drop for Turn<K> {
-    fn drop(&mut self) {
-        FairQueue::pass_turn(&mut self.queue.lock());
+    fn refiled(&mut self, tenant: &Tenant<K>, rank: u128) {
+        let share = self.keys.entry(tenant.key.clone()).or_insert(Share {
+            last: rank,
+            waiting: 0,
+        });
+        share.waiting += 1;
     }
 }

@@ -249,7 +249,9 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// fails at once with [`Overloaded`](crate::error::Overloaded).
     ///
     /// The admitted caller does not count: with `max_waiting(1)`, one call
-    /// of a key runs, one waits, and the next is turned away.
+    /// of a key runs, one waits, and the next is turned away. What counts
+    /// with a limiter that answers after a round trip is said in
+    /// [`LimitLayer::max_waiting`](super::LimitLayer::max_waiting).
     ///
     /// ```
     /// use std::convert::Infallible;
@@ -462,7 +464,7 @@ where
         let options = self.options;
         async move {
             let (limiter, queue) = lane?;
-            let permit = admit_in_line(&limiter, cost, &queue, options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, (), options).await?;
             Ok((limiter, permit))
         }
     }

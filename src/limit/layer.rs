@@ -72,6 +72,11 @@ impl<L> LimitLayer<L> {
     /// with [`Overloaded`](crate::error::Overloaded) instead of queueing
     /// without bound (seed 004's queue overflow). 0 means never wait.
     ///
+    /// The count includes the caller at the head of the line and, with a
+    /// limiter that answers after a round trip, callers whose retry is in
+    /// flight; not a caller's first attempt (see the
+    /// [module docs](crate::limit#limiters-that-answer-after-a-round-trip)).
+    ///
     /// ```
     /// use std::convert::Infallible;
     /// use tower::{service_fn, Layer, Service, ServiceExt};

@@ -30,23 +30,64 @@
 //! # Waiting
 //!
 //! `poll_ready` asks the limiter once. If it is denied, the caller joins the
-//! layer's queue; the caller at the head sleeps on a tokio timer set to
+//! layer's line; the caller at its head sleeps on a tokio timer set to
 //! exactly the instant the limiter named, or until a running call completes
 //! (for a concurrency limit), then asks again. There is no polling interval
 //! and no busy loop, and callers are admitted in the order they started
-//! waiting. A newcomer only skips the queue when it is empty.
+//! waiting. A newcomer only skips the line when it is empty.
 //!
 //! Waiting is cancel safe: dropping the service or the future driving
-//! `poll_ready` leaves the queue and holds nothing. A reservation made by
+//! `poll_ready` leaves the line and holds nothing. A reservation made by
 //! `poll_ready` and never used by `call` is refunded, so it costs no quota.
 //!
 //! Bounds: [`max_waiting`](LimitLayer::max_waiting) turns callers away with
-//! [`Overloaded`](crate::error::Overloaded) when the queue is full;
+//! [`Overloaded`](crate::error::Overloaded) when the line is full;
 //! [`max_wait`](LimitLayer::max_wait) fails them with
 //! [`Elapsed`](crate::error::Elapsed); [`reject`](LimitLayer::reject) never
 //! waits and fails with [`Rejected`](crate::error::Rejected). All arrive as
 //! tower's `BoxError`; use `downcast_ref` to tell them apart. The service
 //! stays usable after any of them.
+//!
+//! # Limiters that answer after a round trip
+//!
+//! A limiter that keeps its state in a store ([`SharedLimiter`](crate::SharedLimiter),
+//! a [`RateLimiter`] with a Redis store, a [`Failover`](crate::Failover)...)
+//! answers after a round trip. The layers never hold their line across one,
+//! so a layered store-backed limiter serves many callers per round trip:
+//!
+//! - A caller who finds nobody in line asks at once, concurrently with the
+//!   others: 100 callers whose decisions take 10 ms each are through in
+//!   10 ms, as with [`try_acquire`](crate::Limiter::try_acquire) called
+//!   directly. These first attempts race in the store, which decides them
+//!   in the order they reach it.
+//! - A denied caller joins the line. The head sleeps until the instant named,
+//!   sends its retry and hands the turn on: the callers behind it send theirs
+//!   while it is in flight, as many at once as were granted since the last
+//!   denial (at least one): the window doubles each round trip while retries
+//!   are granted and falls back to one at a denial. A refill (or the end of a
+//!   pause) that admits 100 callers admits them in about 8 round trips; a
+//!   backlog behind a limit that admits one caller per refill costs the store
+//!   two decisions per refill (the grant and one denial), not one per
+//!   waiting caller.
+//! - The line keeps its order: its callers get the turn in the order they
+//!   joined it (when denied, or on finding others in line), and a caller
+//!   whose retry is denied goes back ahead of everyone who joined after it.
+//!   Retries in flight at the same time are decided in the order they reach
+//!   the store.
+//! - A caller dropped while its decision is in flight holds nothing either:
+//!   the decision finishes in a task, which refunds a grant
+//!   ([`Limiter::refund`](crate::Limiter::refund)).
+//! - [`max_waiting`](LimitLayer::max_waiting) counts the callers in line,
+//!   including those whose retry is in flight, so the line holds at most
+//!   that many. A first attempt is not waiting and is not counted: the layer
+//!   keeps nothing for it (the caller's own future holds it, as with a
+//!   direct `try_acquire`), and a caller denied by it joins the line or is
+//!   turned away. [`max_wait`](LimitLayer::max_wait) fails a caller as soon
+//!   as a denial names an instant past its deadline.
+//!
+//! A limiter that answers at once (every in-memory one) is asked by the
+//! caller holding the turn, which keeps it until admitted: admissions in
+//! arrival order, exactly when the limiter allows.
 //!
 //! # Order: concurrency outside rate
 //!
@@ -61,6 +102,7 @@ mod cost;
 mod fair;
 mod keyed;
 mod layer;
+mod line;
 mod per_request;
 mod service;
 pub(crate) mod waiting;

@@ -8,9 +8,9 @@ use tower_service::Service;
 
 use super::Options;
 use super::future::ResponseFuture;
-use super::waiting::{Queue, WaitFuture, wait_for_admission};
-use crate::error::{BoxError, Rejected};
-use crate::limiter::{Admission, Denial, Limiter, Permit};
+use super::waiting::{NotYet, Queue, WaitFuture, try_at_once, wait_for_admission};
+use crate::error::BoxError;
+use crate::limiter::{Limiter, Permit};
 
 /// Admits calls to `S` only when the limiter `L` allows; built by
 /// [`LimitLayer`](super::LimitLayer).
@@ -152,27 +152,26 @@ impl<S, L: Limiter> Limit<S, L> {
 
 impl<S, L: Limiter + Clone> Limit<S, L> {
     /// What to do when nobody holds a reservation: try at once if nobody is
-    /// waiting, else join the queue.
+    /// waiting, else wait.
+    #[inline]
     fn start(&self) -> Result<State, BoxError> {
-        let mut denial = None;
-        if self.queue.is_empty()
-            && let Ok(answer) = self.limiter.try_acquire_many(1).into_ready()
-        {
-            match answer? {
-                Admission::Granted(permit) => return Ok(State::Ready(permit)),
-                Admission::Denied(denied) if self.options.reject => {
-                    return Err(Rejected::new(denied.retry_at()).into());
-                }
-                Admission::Denied(denied) => denial = Some(denied),
-            }
+        match try_at_once(&self.limiter, 1, &self.queue, self.options.reject)? {
+            Ok(permit) => Ok(State::Ready(permit)),
+            Err(not_yet) => Ok(State::Waiting(self.wait(not_yet)?)),
         }
-        Ok(State::Waiting(self.wait(denial)?))
     }
 
     #[cold]
     #[inline(never)]
-    fn wait(&self, denial: Option<Denial>) -> Result<WaitFuture, BoxError> {
-        wait_for_admission(self.limiter.clone(), 1, &self.queue, self.options, denial)
+    fn wait(&self, not_yet: NotYet) -> Result<WaitFuture, BoxError> {
+        wait_for_admission(
+            self.limiter.clone(),
+            1,
+            &self.queue,
+            (),
+            self.options,
+            not_yet,
+        )
     }
 }
 

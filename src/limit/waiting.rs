@@ -1,87 +1,193 @@
-//! The queue of callers waiting for one layer's limiter, served in arrival
-//! order.
+//! How a caller waits for a layer's limiter: a quick attempt, then a place
+//! in [`Line`] after a denial.
+//!
+//! A decision that is ready at once (an in-memory limiter) is taken on the
+//! spot. A decision that takes a round trip (a store) runs concurrently with
+//! every other caller's: a caller with nobody in line ahead of it asks
+//! without queueing, and joins the line only once denied; see [`line`](super::line)
+//! for how the line serves retries.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::Options;
-use crate::error::{BoxError, Elapsed, Overloaded, Rejected};
+use super::line::{Line, Order, Place};
+use crate::error::{BoxError, Elapsed, LimiterError, Rejected};
 use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
 
-/// Shared by every service a layer builds.
-///
-/// Only the caller holding `turn` asks the limiter; the others wait in the
-/// mutex's first-in, first-out queue. A newcomer skips the queue only when it
-/// is empty.
-#[derive(Default)]
-pub(crate) struct Queue {
-    turn: Mutex<()>,
-    waiting: AtomicUsize,
+pub(crate) use super::line::Queue;
+
+/// Why a caller was not admitted by its quick attempt.
+pub(crate) enum NotYet {
+    /// The limiter said no.
+    Denied(Denial),
+    /// The limiter answers later (a store round trip): ask again, without a
+    /// place in line.
+    Later,
+    /// Others are in line: join them without asking.
+    Behind,
 }
 
-impl Queue {
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) == 0
+/// The quick attempt: asks `limiter` if nobody is in `line` and uses the
+/// answer if it is ready at once. A denial fails with [`Rejected`] in reject
+/// mode.
+#[inline]
+pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
+    limiter: &L,
+    cost: u32,
+    line: &Line<O, N>,
+    reject: bool,
+) -> Result<Result<Permit, NotYet>, BoxError> {
+    if !line.is_empty() {
+        return Ok(Err(NotYet::Behind));
     }
-
-    /// A place in the queue, unless `max_waiting` callers already hold one.
-    pub(crate) fn enter(self: &Arc<Self>, max_waiting: Option<usize>) -> Result<Place, Overloaded> {
-        let max = max_waiting.unwrap_or(usize::MAX);
-        self.waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
-                (waiting < max).then_some(waiting + 1)
-            })
-            .map_err(Overloaded::new)?;
-        Ok(Place(Arc::clone(self)))
-    }
-}
-
-impl fmt::Debug for Queue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Queue")
-            .field("waiting", &self.waiting.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-/// Counts one waiting caller until dropped.
-pub(crate) struct Place(Arc<Queue>);
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    match limiter.try_acquire_many(cost).into_ready() {
+        Ok(answer) => match answer? {
+            Admission::Granted(permit) => Ok(Ok(permit)),
+            Admission::Denied(denial) if reject => Err(Rejected::new(denial.retry_at()).into()),
+            Admission::Denied(denial) => Ok(Err(NotYet::Denied(denial))),
+        },
+        // The limiter must do nothing until polled: the unpolled future is
+        // dropped, and made again by an owned `Decision`.
+        Err(_later) => Ok(Err(NotYet::Later)),
     }
 }
 
-/// Waits in line, then until the limiter admits the caller.
-///
-/// `denial` is the answer the caller already got, if any. With a `deadline`,
-/// fails with [`Elapsed`] as soon as the limiter names a later instant, or when
-/// the deadline passes. Dropping the future at any point gives up the place
-/// and holds no permit.
-async fn acquire_in_turn<L: Limiter>(
+/// A caller's wait for admission.
+pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
+
+/// What a caller does once the quick attempt did not admit it: one more
+/// attempt in reject mode, else a wait bounded by the options. Fails at once
+/// with [`Overloaded`](crate::error::Overloaded) when the line is full, and
+/// with [`Elapsed`] when a denial names an instant past the deadline.
+pub(crate) fn wait_for_admission<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
     limiter: L,
     cost: u32,
-    place: Place,
-    denial: Option<Denial>,
+    line: &Arc<Line<O, N>>,
+    lane: N,
+    options: Options,
+    not_yet: NotYet,
+) -> Result<WaitFuture, BoxError> {
+    if options.reject {
+        return Ok(Box::pin(ask_once(limiter, cost)));
+    }
+    let deadline = deadline(options.max_wait);
+    let denial = match not_yet {
+        NotYet::Later => {
+            let line = Arc::clone(line);
+            let wait = ask_then_line(limiter, cost, line, lane, options.max_waiting, deadline);
+            return Ok(Box::pin(within(deadline, wait)));
+        }
+        NotYet::Denied(denial) => {
+            check_deadline(&denial, deadline)?;
+            Some(denial)
+        }
+        NotYet::Behind => None,
+    };
+    let place = line.enter(lane, options.max_waiting)?;
+    let wait = admit_from_line(limiter, cost, place, denial, deadline);
+    Ok(Box::pin(within(deadline, wait)))
+}
+
+/// Admits a caller for a request: at once if nobody waits in `line` and the
+/// limiter agrees, else as [`wait_for_admission`] says.
+pub(crate) async fn admit_in_line<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
+    limiter: &L,
+    cost: u32,
+    line: &Arc<Line<O, N>>,
+    lane: N,
+    options: Options,
+) -> Result<Permit, BoxError> {
+    match try_at_once(limiter, cost, line, options.reject)? {
+        Ok(permit) => Ok(permit),
+        Err(not_yet) => {
+            wait_for_admission(limiter.clone(), cost, line, lane, options, not_yet)?.await
+        }
+    }
+}
+
+/// One attempt, in reject mode.
+async fn ask_once<L: Limiter + Clone>(limiter: L, cost: u32) -> Result<Permit, BoxError> {
+    match Decision::new(limiter, cost).await? {
+        Admission::Granted(permit) => Ok(permit),
+        Admission::Denied(denial) => Err(Rejected::new(denial.retry_at()).into()),
+    }
+}
+
+/// A first attempt that takes a round trip, made without a place in line
+/// (so it runs concurrently with others'); a place only after a denial.
+async fn ask_then_line<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
+    limiter: L,
+    cost: u32,
+    line: Arc<Line<O, N>>,
+    lane: N,
+    max_waiting: Option<usize>,
     deadline: Option<Instant>,
 ) -> Result<Permit, BoxError> {
-    within(deadline, async {
-        let _turn = place.0.turn.lock().await;
-        admit_holding_turn(&limiter, cost, denial, deadline).await
-    })
-    .await
+    let denial = match Decision::new(limiter.clone(), cost).await? {
+        Admission::Granted(permit) => return Ok(permit),
+        Admission::Denied(denial) => denial,
+    };
+    check_deadline(&denial, deadline)?;
+    let place = line.enter(lane, max_waiting)?;
+    admit_from_line(limiter, cost, place, Some(denial), deadline).await
+}
+
+/// Waits for the turn, then until the limiter admits the caller: sleeps
+/// exactly as long as each denial says (or until capacity is released),
+/// holding the turn, and asks again. An answer that is not ready at once is
+/// awaited without the turn. Fails with [`Elapsed`] at once when a denial
+/// names an instant past the deadline.
+///
+/// `denial` is the answer the caller already got, if any. Dropping the
+/// future at any point leaves the line and holds no permit.
+async fn admit_from_line<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
+    limiter: L,
+    cost: u32,
+    mut place: Place<O, N>,
+    mut denial: Option<Denial>,
+    deadline: Option<Instant>,
+) -> Result<Permit, BoxError> {
+    loop {
+        place.turn().await;
+        if let Some(denial) = denial.take() {
+            denial.wait().await;
+        }
+        let answer = match limiter.try_acquire_many(cost).into_ready() {
+            Ok(answer) => answer,
+            Err(_later) => {
+                place.asking();
+                let answer = Decision::new(limiter.clone(), cost).await;
+                place.answered(&answer);
+                answer
+            }
+        };
+        match answer? {
+            Admission::Granted(permit) => return Ok(permit),
+            Admission::Denied(next) => {
+                check_deadline(&next, deadline)?;
+                denial = Some(next);
+            }
+        }
+    }
+}
+
+/// Fails with [`Elapsed`] if `denial` names an instant past `deadline`.
+fn check_deadline(denial: &Denial, deadline: Option<Instant>) -> Result<(), Elapsed> {
+    match (deadline, denial.retry_at()) {
+        (Some(deadline), Some(retry_at)) if retry_at > deadline => {
+            Err(Elapsed::new(Some(retry_at)))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `wait`, failing with [`Elapsed`] once `deadline` passes.
-pub(crate) async fn within<T>(
+async fn within<T>(
     deadline: Option<Instant>,
     wait: impl Future<Output = Result<T, BoxError>>,
 ) -> Result<T, BoxError> {
@@ -93,87 +199,65 @@ pub(crate) async fn within<T>(
     }
 }
 
-/// Asks the limiter until it admits the caller, who holds the turn: sleeps
-/// exactly as long as each denial says (or until capacity is released), and
-/// fails with [`Elapsed`] at once when a denial names an instant past the
-/// deadline.
-pub(crate) async fn admit_holding_turn<L: Limiter>(
-    limiter: &L,
-    cost: u32,
-    mut denial: Option<Denial>,
-    deadline: Option<Instant>,
-) -> Result<Permit, BoxError> {
-    loop {
-        if let Some(denial) = denial.take() {
-            if let (Some(deadline), Some(retry_at)) = (deadline, denial.retry_at())
-                && retry_at > deadline
-            {
-                return Err(Elapsed::new(Some(retry_at)).into());
-            }
-            denial.wait().await;
-        }
-        match limiter.try_acquire_many(cost).await? {
-            Admission::Granted(permit) => return Ok(permit),
-            Admission::Denied(next) => denial = Some(next),
-        }
-    }
-}
-
 /// The deadline `max_wait` from now, if any.
-pub(crate) fn deadline(max_wait: Option<std::time::Duration>) -> Option<Instant> {
+fn deadline(max_wait: Option<std::time::Duration>) -> Option<Instant> {
     max_wait.map(|wait| Instant::now().checked_add(wait).unwrap_or_else(far_future))
 }
 
-/// One attempt for a limiter that answers asynchronously, in reject mode.
-async fn acquire_or_reject<L: Limiter>(limiter: L, cost: u32) -> Result<Permit, BoxError> {
-    match limiter.try_acquire_many(cost).await? {
-        Admission::Granted(permit) => Ok(permit),
-        Admission::Denied(denial) => Err(Rejected::new(denial.retry_at()).into()),
-    }
+type Answer<L> = (L, Result<Admission, LimiterError>);
+type PendingAnswer<L> = Pin<Box<dyn Future<Output = Answer<L>> + Send>>;
+
+/// A decision that takes a round trip, owning its limiter: a caller dropped
+/// while it is in flight leaves it to finish in a task, which refunds a
+/// grant ([`Limiter::refund`]), so no capacity is lost.
+struct Decision<L: Limiter> {
+    /// `None` once answered.
+    pending: Option<PendingAnswer<L>>,
+    polled: bool,
 }
 
-/// What a caller does once the quick attempt did not admit it: one more
-/// attempt in reject mode, else a place in `queue` (or [`Overloaded`] at
-/// once when the queue is full) and a wait bounded by the options.
-///
-/// `denial` is the quick attempt's answer, if it got one.
-pub(crate) fn wait_for_admission<L: Limiter>(
-    limiter: L,
-    cost: u32,
-    queue: &Arc<Queue>,
-    options: Options,
-    denial: Option<Denial>,
-) -> Result<WaitFuture, BoxError> {
-    if options.reject {
-        return Ok(Box::pin(acquire_or_reject(limiter, cost)));
-    }
-    let place = queue.enter(options.max_waiting)?;
-    let deadline = deadline(options.max_wait);
-    Ok(Box::pin(acquire_in_turn(
-        limiter, cost, place, denial, deadline,
-    )))
-}
-
-/// A caller's wait for admission.
-pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
-
-/// Admits a caller for a request: at once if nobody waits in `queue` and
-/// the limiter agrees, else in line (or rejected, with `options.reject`).
-pub(crate) async fn admit_in_line<L: Limiter + Clone>(
-    limiter: &L,
-    cost: u32,
-    queue: &Arc<Queue>,
-    options: Options,
-) -> Result<Permit, BoxError> {
-    let mut denial = None;
-    if queue.is_empty() {
-        match limiter.try_acquire_many(cost).await? {
-            Admission::Granted(permit) => return Ok(permit),
-            Admission::Denied(denied) if options.reject => {
-                return Err(Rejected::new(denied.retry_at()).into());
-            }
-            Admission::Denied(denied) => denial = Some(denied),
+impl<L: Limiter> Decision<L> {
+    fn new(limiter: L, cost: u32) -> Self {
+        Self {
+            pending: Some(Box::pin(async move {
+                let answer = limiter.try_acquire_many(cost).await;
+                (limiter, answer)
+            })),
+            polled: false,
         }
     }
-    wait_for_admission(limiter.clone(), cost, queue, options, denial)?.await
+}
+
+impl<L: Limiter> Future for Decision<L> {
+    type Output = Result<Admission, LimiterError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.polled = true;
+        let Some(pending) = self.pending.as_mut() else {
+            return Poll::Pending; // answered already: never polled again
+        };
+        let (_, answer) = ready!(pending.as_mut().poll(cx));
+        self.pending = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl<L: Limiter> Drop for Decision<L> {
+    fn drop(&mut self) {
+        // An unpolled limiter future has done nothing.
+        let Some(pending) = self.pending.take().filter(|_| self.polled) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(refund_when_granted(pending))),
+            Err(_) => tracing::warn!("no tokio runtime to finish an abandoned limiter decision"),
+        }
+    }
+}
+
+/// Finishes a decision nobody waits for, and refunds a grant.
+async fn refund_when_granted<L: Limiter>(pending: PendingAnswer<L>) {
+    if let (limiter, Ok(Admission::Granted(permit))) = pending.await {
+        limiter.refund(permit);
+    }
 }
