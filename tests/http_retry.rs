@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::retry::budget::TpsBudget;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
-use tower_limits::Limiter;
-use tower_limits::error::BoxError;
+use tower_limits::error::{BoxError, LimiterError};
 use tower_limits::http::{RetryLater, RetryPolicy};
+use tower_limits::{Admission, Limiter, LimiterFuture, Permit};
 
 /// An upstream answering `statuses` in turn (the last one forever), with
 /// `retry-after` when given; counts its calls.
@@ -125,4 +125,117 @@ async fn waits_for_the_limiter_when_it_is_paused_longer() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     // No header: the 1 s backoff, but the limiter said 7 s.
     assert_eq!(start.elapsed(), Duration::from_secs(7));
+}
+
+/// One year: far shorter than any saturated wait, far longer than any real one.
+const A_YEAR: Duration = Duration::from_secs(365 * 86_400);
+
+#[tokio::test(start_paused = true)]
+async fn a_limiter_paused_past_max_wait_gives_up_at_once() {
+    let (upstream, calls) = upstream(&[429], Some("1"));
+    let paused = tower_limits::ConcurrencyLimiter::new(4).unwrap();
+    let start = Instant::now();
+    let hour = Duration::from_secs(3_600);
+    paused.set_next_available_time(start + hour).await.unwrap();
+    let policy = RetryPolicy::new()
+        .max_wait(Duration::from_secs(10))
+        .limiter(paused);
+    let mut client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .service(upstream);
+    let error = send(&mut client).await.unwrap_err();
+    let later = error.downcast_ref::<RetryLater>().expect("a typed error");
+    // The header says 1 s, the limiter an hour: past max_wait, no sleep.
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(later.retry_at(), start + hour);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// A limiter whose every answer comes later, as a store's does; its next
+/// available time is an hour away.
+#[derive(Clone)]
+struct RemotePause(Instant);
+
+impl Limiter for RemotePause {
+    fn try_acquire_many(&self, _cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::new(async { Ok(Admission::Granted(Permit::unit())) })
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        LimiterFuture::new(async { Ok(true) })
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::new(async { Ok(()) })
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::new(async { Ok(()) })
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        let at = self.0;
+        LimiterFuture::new(async move { Ok(at) })
+    }
+    fn set_next_available_time(&self, _at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::new(async { Ok(()) })
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::new(async { Ok(()) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_backed_limiter_never_stretches_the_sleep_past_max_wait() {
+    let (upstream, calls) = upstream(&[429, 200], Some("1"));
+    let start = Instant::now();
+    let policy = RetryPolicy::new()
+        .max_wait(Duration::from_secs(10))
+        .limiter(RemotePause(start + Duration::from_secs(3_600)));
+    let mut client = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .service(upstream);
+    let response = send(&mut client).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Its answer is known only once the sleep has begun: the sleep ends at
+    // max_wait, and the limit layers (none here) hold the retry after it.
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_retry_after_saturates_instead_of_meaning_now() {
+    let (upstream, _) = upstream(&[429], Some("99999999999999999999"));
+    let mut client = ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::new()))
+        .service(upstream);
+    let start = Instant::now();
+    let error = send(&mut client).await.unwrap_err();
+    let later = error.downcast_ref::<RetryLater>().expect("a typed error");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(later.retry_at() > start + A_YEAR, "{later:?}");
+    assert!(
+        later.retry_date() > std::time::SystemTime::now() + A_YEAR,
+        "{later:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_later_saturates_every_wait_at_the_same_far_cap() {
+    let now = Instant::now();
+    let system_now = std::time::SystemTime::now();
+    let max = RetryLater::new(StatusCode::TOO_MANY_REQUESTS, Duration::MAX, 1);
+    let huge = RetryLater::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        Duration::from_secs(u64::MAX),
+        1,
+    );
+    assert!(max.retry_at() > now + A_YEAR, "{max:?}");
+    assert_eq!(max.retry_at(), huge.retry_at());
+    let far = max.retry_at() - now;
+    let date_wait = max.retry_date().duration_since(system_now).unwrap();
+    // The date says the same wait as the instant (to the clock reads' skew).
+    assert!(
+        date_wait.abs_diff(far) < Duration::from_secs(1),
+        "{far:?} vs {date_wait:?}"
+    );
+    // A wait below the cap is kept as it is.
+    let hour = RetryLater::new(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(3_600), 1);
+    assert_eq!(hour.retry_at(), now + Duration::from_secs(3_600));
 }

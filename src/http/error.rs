@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 use http::StatusCode;
 use tokio::time::Instant;
 
+use crate::limiter::far_future;
+
 /// At most this many bytes of a bad header value are kept for messages.
 const MAX_SHOWN: usize = 64;
 
@@ -114,6 +116,11 @@ impl RetryLater {
     /// A request answered `status` after `attempts` attempts, to retry after
     /// `wait` from now.
     ///
+    /// A wait too long to mean anything (such as a `Retry-After` of
+    /// `99999999999999999999`) saturates at about 30 years, for
+    /// [`retry_at`](RetryLater::retry_at) and
+    /// [`retry_date`](RetryLater::retry_date) alike: never "retry now".
+    ///
     /// ```
     /// use std::time::Duration;
     /// use http::StatusCode;
@@ -125,11 +132,17 @@ impl RetryLater {
     /// ```
     pub fn new(status: StatusCode, wait: Duration, attempts: u32) -> Self {
         let now = Instant::now();
+        let cap = far_future();
+        let retry_at = now.checked_add(wait).map_or(cap, |at| at.min(cap));
         let system_now = SystemTime::now();
+        // At most the cap's 30 years: a date that always exists.
+        let retry_date = system_now
+            .checked_add(retry_at.duration_since(now))
+            .unwrap_or(system_now);
         Self {
             status,
-            retry_at: now.checked_add(wait).unwrap_or(now),
-            retry_date: system_now.checked_add(wait).unwrap_or(system_now),
+            retry_at,
+            retry_date,
             attempts,
         }
     }

@@ -14,25 +14,26 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use super::advice::Advice;
 use super::error::RetryLater;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, far_future};
 
 const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Retries a request answered `429 Too Many Requests` or `503 Service
-/// Unavailable`, after the time the response advertises ([`Advice`]), or
-/// else the limiter's next available time, or else a 1 s backoff doubling
-/// per attempt; whichever is latest.
+/// Unavailable`, after the time the response advertises ([`Advice`]) or a
+/// 1 s backoff doubling per attempt, and no earlier than the
+/// [`limiter`](RetryPolicy::limiter)'s next available time.
 ///
 /// Retries are bounded three ways: at most
 /// [`max_attempts`](RetryPolicy::max_attempts) attempts in all (default 3),
 /// a retry [`budget`](RetryPolicy::budget) shared by every request (by
 /// default tower's `TpsBudget` of 10 retries a second plus 20% of
-/// successful requests, over 10 s), and no wait longer than
-/// [`max_wait`](RetryPolicy::max_wait) (default 5 minutes). When it gives
-/// up on a throttled response, the result becomes the error [`RetryLater`],
-/// which carries the retry instant, for callers who queue work themselves.
+/// successful requests, over 10 s), and never a sleep longer than
+/// [`max_wait`](RetryPolicy::max_wait) (default 5 minutes), whichever
+/// source (header, backoff, limiter) asks for it. When it gives up on a
+/// throttled response, the result becomes the error [`RetryLater`], which
+/// carries the retry instant, for callers who queue work themselves.
 ///
 /// Request bodies must be `Clone` to be sent again (`Full<Bytes>`,
 /// `String`, `()`...).
@@ -118,7 +119,9 @@ impl RetryPolicy {
     }
 
     /// Gives up at once (with [`RetryLater`]) when the wait would be longer
-    /// than `max_wait` (default 5 minutes).
+    /// than `max_wait` (default 5 minutes): the advertised wait, the
+    /// backoff or the limiter's next available time. The policy never
+    /// sleeps longer than this.
     ///
     /// ```
     /// use std::time::Duration;
@@ -150,7 +153,14 @@ impl RetryPolicy {
     }
 
     /// Waits at least until `limiter`'s next available time before a retry
-    /// (the limiter a [`FeedbackLayer`](super::FeedbackLayer) pauses).
+    /// (the limiter a [`FeedbackLayer`](super::FeedbackLayer) pauses), and
+    /// gives up with [`RetryLater`] when that time is past
+    /// [`max_wait`](RetryPolicy::max_wait).
+    ///
+    /// An in-memory limiter answers at once, so the policy decides before it
+    /// sleeps. A store-backed limiter answers after a round trip, so it is
+    /// asked during the sleep, which then still ends after `max_wait` at the
+    /// latest; the limit layers the retry goes through hold it from there.
     ///
     /// ```
     /// use std::time::Duration;
@@ -181,17 +191,39 @@ impl RetryPolicy {
         }
     }
 
-    /// Sleeps until `at`, or the limiter's next available time if later.
-    fn wait_until(&self, at: Instant) -> RetryFuture {
-        let limiter = self.limiter.clone();
-        Box::pin(async move {
-            let limiter_at = match limiter {
-                Some(limiter) => limiter.next_available_time().await.ok(),
-                None => None,
-            };
-            tokio::time::sleep_until(limiter_at.map_or(at, |limiter_at| limiter_at.max(at))).await;
-        })
+    /// The limiter's next available time if it is known without waiting;
+    /// the limiter to ask during the sleep if its answer comes later.
+    fn limiter_time(&self) -> (Option<Instant>, Option<Arc<dyn Limiter>>) {
+        let Some(limiter) = &self.limiter else {
+            return (None, None);
+        };
+        match limiter.next_available_time().into_ready() {
+            Ok(Ok(at)) => (Some(at), None),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "retrying without the limiter's next available time");
+                (None, None)
+            }
+            Err(_pending) => (None, Some(Arc::clone(limiter))),
+        }
     }
+}
+
+/// Sleeps until `at`, or until the `remote` limiter's next available time if
+/// later, but never past `deadline`.
+fn sleep_until(at: Instant, remote: Option<Arc<dyn Limiter>>, deadline: Instant) -> RetryFuture {
+    Box::pin(async move {
+        let limiter_at = match remote {
+            Some(limiter) => limiter.next_available_time().await.ok(),
+            None => None,
+        };
+        let until = limiter_at.map_or(at, |limiter_at| limiter_at.max(at));
+        tokio::time::sleep_until(until.min(deadline)).await;
+    })
+}
+
+/// `now + wait`, saturating at a far-future instant.
+fn after(now: Instant, wait: Duration) -> Instant {
+    now.checked_add(wait).unwrap_or_else(far_future)
 }
 
 impl Default for RetryPolicy {
@@ -234,15 +266,22 @@ impl<B: Clone, ResB, E: From<RetryLater>> Policy<Request<B>, Response<ResB>, E> 
             }
             Err(_) => return None,
         };
-        let wait = self.advertised_wait(response);
+        let now = Instant::now();
+        let (limiter_at, remote) = self.limiter_time();
+        let limiter_wait =
+            limiter_at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let wait = self.advertised_wait(response).max(limiter_wait);
         let exhausted = self.attempts >= self.max_attempts || wait > self.max_wait;
         if exhausted || !self.budget.withdraw() {
             *result = Err(RetryLater::new(response.status(), wait, self.attempts).into());
             return None;
         }
         self.attempts += 1;
-        let at = Instant::now().checked_add(wait)?;
-        Some(self.wait_until(at))
+        Some(sleep_until(
+            after(now, wait),
+            remote,
+            after(now, self.max_wait),
+        ))
     }
 
     fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
