@@ -7,14 +7,15 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
+use std::time::Duration;
 
 use tokio::time::{Instant, timeout};
 use tower_limits::error::{KeysFull, LimiterError};
-use tower_limits::store::{StoreError, StoreErrorKind};
+use tower_limits::store::{MAX_LEASES, MemoryStore, StoreError, StoreErrorKind};
 use tower_limits::{
     Admission, ConcurrencyLimiter, Denial, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
-    GcraLimiter, KeyedLimiter, LeakyBucketLimiter, Limiter, LimiterExt, LimiterFuture,
-    OutagePolicy, Permit, Rate, RateLimiter, TokenBucketLimiter,
+    GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt,
+    LimiterFuture, OutagePolicy, Permit, Rate, RateLimiter, TokenBucketLimiter,
 };
 
 use common::{ms, secs};
@@ -283,4 +284,20 @@ async fn a_huge_gcra_settle_pauses_for_at_most_a_full_refill() {
     assert_eq!(permit.cost(), 100);
     let retry_at = limiter.peek(1).await.unwrap().unwrap().retry_at().unwrap();
     assert!(retry_at <= start + secs(1), "{:?}", retry_at - start);
+}
+
+/// A leased limit past `MAX_LEASES`, or a TTL past a day, is a
+/// configuration error: each unit held is one entry in the store (a max of
+/// `u32::MAX` let one call allocate 50 GB and abort), and `now + ttl`
+/// overflowed the clock.
+#[tokio::test(start_paused = true)]
+async fn leased_limits_are_bounded_when_built() {
+    let store = MemoryStore::new();
+    let (max, ttl) = (MAX_LEASES + 1, secs(10));
+    let error = LeasedConcurrencyLimiter::new(store.clone(), "x", max, ttl).unwrap_err();
+    assert_eq!(error.field(), "max");
+    let error = LeasedConcurrencyLimiter::new(store.clone(), "x", 1, Duration::MAX).unwrap_err();
+    assert_eq!(error.field(), "ttl");
+    let limiter = LeasedConcurrencyLimiter::new(store, "x", MAX_LEASES, secs(86_400)).unwrap();
+    drop(granted(limiter.try_acquire_many(MAX_LEASES).await.unwrap()));
 }

@@ -10,136 +10,39 @@
 mod common;
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::stress::{CALLERS, Span, assert_at_most_per_window, run_callers};
-use tokio::time::Instant;
+use common::stress::{CALLERS, Recorder, Span, assert_at_most_per_window, run_callers};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
-use tower_limits::error::LimiterError;
 use tower_limits::{
-    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    LimitLayer, Limiter, LimiterExt, LimiterFuture, Permit, RateLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, LimitLayer,
+    Limiter, LimiterExt, RateLimiter,
 };
 
 // ---------------------------------------------------------------- helpers
 
-/// Wraps a limiter and records the span of every granted attempt.
-#[derive(Clone)]
-struct Recorder<L> {
-    inner: L,
-    grants: Arc<Mutex<Vec<Span>>>,
-}
-
-impl<L> Recorder<L> {
-    fn new(inner: L) -> Self {
-        Self {
-            inner,
-            grants: Arc::default(),
-        }
-    }
-
-    fn note(&self, before: Instant, answer: &Result<Admission, LimiterError>) {
-        if let Ok(Admission::Granted(_)) = answer {
-            let after = Instant::now();
-            self.grants.lock().unwrap().push(Span { before, after });
-        }
-    }
-
-    fn spans(&self) -> Vec<Span> {
-        self.grants.lock().unwrap().clone()
-    }
-}
-
-impl<L: Limiter> Limiter for Recorder<L> {
-    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        let before = Instant::now();
-        match self.inner.try_acquire_many(cost).into_ready() {
-            Ok(answer) => {
-                self.note(before, &answer);
-                LimiterFuture::ready(answer)
-            }
-            Err(pending) => LimiterFuture::new(async move {
-                let before = Instant::now();
-                let answer = pending.await;
-                self.note(before, &answer);
-                answer
-            }),
-        }
-    }
-    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
-        self.inner.can_proceed()
-    }
-    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.inner.record_start()
-    }
-    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.inner.record_completion()
-    }
-    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
-        self.inner.next_available_time()
-    }
-    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.inner.set_next_available_time(at)
-    }
-    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.inner.clear()
-    }
-    fn refund(&self, permit: Permit) {
-        self.inner.refund(permit);
-    }
-}
-
-/// How many callers run at once, and the most that ever did.
-#[derive(Default)]
-struct Running {
-    now: AtomicUsize,
-    max: AtomicUsize,
-}
-
-impl Running {
-    /// Runs one call: counted from just after the grant to just before the
-    /// permit goes.
-    async fn call(&self, hold: Duration) {
-        let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max.fetch_max(running, Ordering::SeqCst);
-        if hold.is_zero() {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(hold).await;
-        }
-        self.now.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn max(&self) -> usize {
-        self.max.load(Ordering::SeqCst)
-    }
-}
-
 /// Every caller acquires directly, holds its permit for `hold`, drops it.
 async fn direct<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Outcome {
-    let running = Arc::new(Running::default());
     let finished = run_callers(|| {
-        let (limiter, running) = (limiter.clone(), Arc::clone(&running));
+        let limiter = limiter.clone();
         async move {
             let permit = limiter
                 .acquire()
                 .await
                 .expect("in-memory limiters do not fail");
-            running.call(hold).await;
+            limiter.running.call(hold).await;
             drop(permit);
         }
     })
     .await;
-    Outcome::new(finished, &limiter, &running)
+    Outcome::new(finished, &limiter)
 }
 
 /// Every caller goes through one `LimitLayer` around a service that runs
 /// for `hold`.
 async fn layered<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Outcome {
-    let running = Arc::new(Running::default());
-    let counted = Arc::clone(&running);
+    let counted = Arc::clone(&limiter.running);
     let service = ServiceBuilder::new()
         .layer(LimitLayer::new(limiter.clone()))
         .service(service_fn(move |()| {
@@ -159,7 +62,7 @@ async fn layered<L: Limiter + Clone>(limiter: Recorder<L>, hold: Duration) -> Ou
         }
     })
     .await;
-    Outcome::new(finished, &limiter, &running)
+    Outcome::new(finished, &limiter)
 }
 
 struct Outcome {
@@ -169,13 +72,11 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn new<L>(finished: usize, limiter: &Recorder<L>, running: &Running) -> Self {
-        let mut spans = limiter.spans();
-        spans.sort_by_key(|span| span.before);
+    fn new<L>(finished: usize, limiter: &Recorder<L>) -> Self {
         Self {
             finished,
-            spans,
-            max_running: running.max(),
+            spans: limiter.spans(),
+            max_running: limiter.running.max(),
         }
     }
 
@@ -290,12 +191,12 @@ async fn delay_limiter_holds_for_1000_concurrent_callers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn evenly_spaced_limiter_holds_for_1000_concurrent_callers() {
-    // Calls outlast the 1 ms interval, so the duration credit removes the
-    // spacing and only the window cap holds the rate.
+    // Calls outlast the 1 ms interval: starts stay spaced all the same.
     let limiter = EvenlySpacedRateLimiter::new(RATE_MAX, RATE_WINDOW).unwrap();
     let outcome = direct(Recorder::new(limiter), Duration::from_millis(3)).await;
     outcome.assert_all_got_through();
     outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
+    outcome.assert_at_most_per_window(1, RATE_WINDOW / RATE_MAX as u32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

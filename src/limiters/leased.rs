@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::shared::spawn_or_warn;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
-use crate::store::{LeaseStore, MemoryStore, WindowDecision};
+use crate::store::{LeaseStore, MAX_LEASES, MemoryStore, WindowDecision};
 
 /// At most `max` calls running at once across every process sharing the
 /// store and name; a running call holds a lease.
@@ -65,11 +65,20 @@ struct LeaseShared<S: LeaseStore> {
 }
 
 const DEFAULT_POLL: Duration = Duration::from_millis(20);
+/// The longest lease.
+const MAX_TTL: Duration = Duration::from_secs(86_400);
 
 impl<S: LeaseStore> LeasedConcurrencyLimiter<S> {
     /// At most `max` calls at once under `name` in `store`, each lease
     /// lasting `ttl` unless renewed. `ttl` should be well above a store
     /// round trip (a second or more); `max` at least 1.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `max` is 0 or above [`MAX_LEASES`] (each unit
+    /// held is one entry in the store), or `ttl` is below 3 ms or above a
+    /// day (a crashed process's slots would stay taken that long; renewals
+    /// keep long calls' leases alive whatever the TTL).
     ///
     /// ```
     /// use std::time::Duration;
@@ -79,6 +88,7 @@ impl<S: LeaseStore> LeasedConcurrencyLimiter<S> {
     /// let ttl = Duration::from_secs(10);
     /// assert!(LeasedConcurrencyLimiter::new(MemoryStore::new(), "db", 8, ttl).is_ok());
     /// assert!(LeasedConcurrencyLimiter::new(MemoryStore::new(), "db", 0, ttl).is_err());
+    /// assert!(LeasedConcurrencyLimiter::new(MemoryStore::new(), "db", 1 << 20, ttl).is_err());
     /// ```
     pub fn new(
         store: S,
@@ -86,11 +96,12 @@ impl<S: LeaseStore> LeasedConcurrencyLimiter<S> {
         max: u32,
         ttl: Duration,
     ) -> Result<Self, ConfigError> {
-        if max == 0 {
-            return Err(ConfigError::new("max", max, "must be at least 1"));
+        if max == 0 || max > MAX_LEASES {
+            let rule = format!("must be from 1 to {MAX_LEASES} (each unit held is one lease)");
+            return Err(ConfigError::new("max", max, rule));
         }
-        if ttl < Duration::from_millis(3) {
-            return Err(ConfigError::new("ttl", ttl, "must be at least 3 ms"));
+        if ttl < Duration::from_millis(3) || ttl > MAX_TTL {
+            return Err(ConfigError::new("ttl", ttl, "must be from 3 ms to a day"));
         }
         Ok(Self::build(store, name.into(), max, ttl, DEFAULT_POLL))
     }

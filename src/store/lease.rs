@@ -5,8 +5,47 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::WindowDecision;
-use crate::error::LimiterError;
+use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::LimiterFuture;
+
+/// The most leases one call may hold, and so the largest `max` of a
+/// [`LeasedConcurrencyLimiter`](crate::LeasedConcurrencyLimiter). Each unit
+/// of a call's cost is one lease, one entry in the store: a store refuses a
+/// larger cost with [`CostTooHigh`] rather than spend memory and bandwidth in
+/// proportion to a number it was given.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::store::{LeaseStore, MemoryStore, MAX_LEASES};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let key = store.lease_key("gpu");
+/// let ttl = Duration::from_secs(10);
+/// assert!(store.lease(&key, u32::MAX, ttl, 1, MAX_LEASES).await.is_ok());
+/// assert!(store.lease(&key, u32::MAX, ttl, 1, MAX_LEASES + 1).await.is_err());
+/// # }
+/// ```
+pub const MAX_LEASES: u32 = 10_000;
+
+/// The names of the `cost` leases from `lease` (`lease..lease + cost`,
+/// wrapping), or [`CostTooHigh`] past [`MAX_LEASES`].
+pub(crate) fn lease_names(lease: u64, cost: u32) -> Result<Vec<u64>, LimiterError> {
+    CostTooHigh::check(cost, MAX_LEASES as usize)?;
+    Ok((0..u64::from(cost))
+        .map(|k| lease.wrapping_add(k))
+        .collect())
+}
+
+/// The names of every lease of `leases` (each `(lease, cost)` as granted).
+pub(crate) fn names_of_all(leases: &[(u64, u32)]) -> Result<Vec<u64>, LimiterError> {
+    let mut names = Vec::new();
+    for &(lease, cost) in leases {
+        names.extend(lease_names(lease, cost)?);
+    }
+    Ok(names)
+}
 
 /// A store of leased concurrency slots: the backing state of a
 /// [`LeasedConcurrencyLimiter`](crate::LeasedConcurrencyLimiter).
@@ -14,7 +53,8 @@ use crate::limiter::LimiterFuture;
 /// A lease is a slot held until it is released or its TTL passes without a
 /// renewal, so slots held by a process that crashed come back by themselves.
 /// A lease is named by a `u64` its holder picks at random; a call costing
-/// `n` holds `n` leases, named `lease..lease + n`. Every method is one
+/// `n` holds `n` leases, named `lease..lease + n`, at most [`MAX_LEASES`]
+/// (a larger cost is a [`CostTooHigh`] error). Every method is one
 /// atomic step on one key; its future does nothing until polled.
 ///
 /// ```

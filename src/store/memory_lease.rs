@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{LeaseStore, MemoryStore, WindowDecision};
+use super::{LeaseStore, MemoryStore, WindowDecision, lease_names, names_of_all};
 use crate::error::LimiterError;
-use crate::limiter::LimiterFuture;
+use crate::limiter::{LimiterFuture, far_future};
 
 /// A named concurrency limit in a [`MemoryStore`], made by
 /// [`LeaseStore::lease_key`]. Keys for the same name share one table.
@@ -54,30 +54,31 @@ impl MemoryLeaseKey {
     }
 }
 
-/// The names of the `cost` leases from `lease`.
-fn names(lease: u64, cost: u32) -> impl Iterator<Item = u64> {
-    (0..u64::from(cost)).map(move |k| lease.wrapping_add(k))
+/// When a lease taken or renewed at `now` expires.
+fn expiry(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl).unwrap_or_else(far_future)
 }
 
 impl LeaseTable {
+    /// Takes the leases `names` of the call `lease` if they fit.
     fn decide(
         &mut self,
         now: Instant,
-        max: u32,
-        ttl: Duration,
+        (max, ttl): (u32, Duration),
         lease: u64,
-        cost: u32,
+        names: Vec<u64>,
     ) -> WindowDecision {
         if let Some(retry_at) = self.paused_until {
             return WindowDecision::Denied { retry_at };
         }
-        if self.expiries.len() + cost as usize > max as usize {
+        let expires = expiry(now, ttl);
+        if self.expiries.len() + names.len() > max as usize {
             let earliest = self.expiries.values().min().copied();
-            let retry_at = earliest.unwrap_or(now + ttl);
+            let retry_at = earliest.unwrap_or(expires);
             return WindowDecision::Denied { retry_at };
         }
         self.expiries
-            .extend(names(lease, cost).map(|name| (name, now + ttl)));
+            .extend(names.into_iter().map(|name| (name, expires)));
         WindowDecision::Granted { ticket: lease }
     }
 }
@@ -97,8 +98,12 @@ impl LeaseStore for MemoryStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        let names = match lease_names(lease, cost) {
+            Ok(names) => names,
+            Err(error) => return LimiterFuture::ready(Err(error)),
+        };
         let now = self.clock().now();
-        let decision = key.table(now).decide(now, max, ttl, lease, cost);
+        let decision = key.table(now).decide(now, (max, ttl), lease, names);
         LimiterFuture::ready(Ok(decision))
     }
 
@@ -108,12 +113,16 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
+        let names = match names_of_all(leases) {
+            Ok(names) => names,
+            Err(error) => return LimiterFuture::ready(Err(error)),
+        };
         let now = self.clock().now();
         let mut table = key.table(now);
         let mut renewed = 0;
-        for name in leases.iter().flat_map(|&(lease, cost)| names(lease, cost)) {
-            if let Some(expiry) = table.expiries.get_mut(&name) {
-                *expiry = now + ttl;
+        for name in names {
+            if let Some(at) = table.expiries.get_mut(&name) {
+                *at = expiry(now, ttl);
                 renewed += 1;
             }
         }
@@ -126,8 +135,12 @@ impl LeaseStore for MemoryStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        let names = match lease_names(lease, cost) {
+            Ok(names) => names,
+            Err(error) => return LimiterFuture::ready(Err(error)),
+        };
         let mut table = key.table(self.clock().now());
-        for name in names(lease, cost) {
+        for name in names {
             table.expiries.remove(&name);
         }
         LimiterFuture::ready(Ok(()))

@@ -108,7 +108,8 @@ use crate::limiter::LimiterFuture;
 
 pub(crate) use error::is_outage;
 pub use error::{StoreError, StoreErrorKind};
-pub use lease::LeaseStore;
+pub use lease::{LeaseStore, MAX_LEASES};
+pub(crate) use lease::{lease_names, names_of_all};
 pub use memory::{MemoryKey, MemoryStore};
 pub use memory_lease::MemoryLeaseKey;
 pub use memory_quota::MemoryQuotaKey;

@@ -14,7 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
-use tower_limits::store::{LeaseStore, Quota, QuotaStore, RateLimiterStore, WindowDecision};
+use tower_limits::error::CostTooHigh;
+use tower_limits::store::{
+    LeaseStore, MAX_LEASES, Quota, QuotaStore, RateLimiterStore, WindowDecision,
+};
 use tower_limits::{Admission, LeasedConcurrencyLimiter, Limiter, RateLimiter, SharedLimiter};
 
 /// Runs every check of this suite against the store `$make` makes: one test
@@ -42,6 +45,7 @@ macro_rules! conformance {
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
                 leases_limit_expire_and_renew,
+                leases_past_the_bound_are_refused,
                 leased_limiter_renews_and_releases,
             );
         }
@@ -443,6 +447,30 @@ pub(crate) async fn leases_limit_expire_and_renew<S: Store>(store: S) {
     store.clear_leases(&key).await.unwrap();
     assert_eq!(store.leases_held(&key).await.unwrap(), 0);
     assert_eq!(store.paused_until(&key).await.unwrap(), None);
+}
+
+/// Each unit is one lease, one entry in the store: a cost past
+/// `MAX_LEASES` is refused before anything is sent or stored (a cost of
+/// `u32::MAX` used to allocate one entry per unit, 50 GB, and abort).
+pub(crate) async fn leases_past_the_bound_are_refused<S: Store>(store: S) {
+    let key = store.lease_key(&unique("bound"));
+    let ttl = Duration::from_secs(10);
+    let too_high = |error: tower_limits::error::LimiterError| {
+        let refused = error.get_ref().downcast_ref::<CostTooHigh>().copied();
+        assert_eq!(refused, Some(CostTooHigh::new(u32::MAX, MAX_LEASES.into())));
+    };
+    too_high(
+        store
+            .lease(&key, u32::MAX, ttl, 1, u32::MAX)
+            .await
+            .unwrap_err(),
+    );
+    too_high(store.renew(&key, ttl, &[(1, u32::MAX)]).await.unwrap_err());
+    too_high(store.release(&key, 1, u32::MAX).await.unwrap_err());
+    assert_eq!(store.leases_held(&key).await.unwrap(), 0);
+    granted(store.lease(&key, MAX_LEASES, ttl, 1, 3).await.unwrap());
+    assert_eq!(store.leases_held(&key).await.unwrap(), 3);
+    store.clear_leases(&key).await.unwrap();
 }
 
 /// The leased limiter: permits hold leases, renewed while they run,

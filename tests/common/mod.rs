@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 //!
 //! * here: short durations and a paused current-thread runtime;
+//! * [`cases`]: every limiter as the whole-crate tests build it, with the
+//!   bounds its grants keep;
 //! * [`recorder`]: a recording inner service and the callers that drive a
 //!   limited stack in front of it;
 //! * [`precision`]: counting admissions at high rates on paused time, within
@@ -18,6 +20,7 @@
 // leaves unused is not dead code.
 #![allow(dead_code)]
 
+pub(crate) mod cases;
 pub(crate) mod conformance;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;

@@ -6,12 +6,16 @@
 //! is only charged with grants whose whole span lies inside it, so
 //! preemption can widen a span but never fake a violation.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_limits::{Admission, Limiter};
+use tower::{Layer, Service, service_fn};
+use tower_limits::error::{BoxError, LimiterError};
+use tower_limits::{Admission, Denial, LimitLayer, Limiter, LimiterFuture, Permit};
 
 pub(crate) const CALLERS: usize = 1_000;
 /// Generous (the slowest run takes about a second): a hang fails the test
@@ -23,6 +27,185 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 pub(crate) struct Span {
     pub(crate) before: Instant,
     pub(crate) after: Instant,
+}
+
+/// One grant: its span, and the token its permit carried (a fixed
+/// window's index, for instance).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    pub(crate) span: Span,
+    pub(crate) token: Option<u64>,
+}
+
+/// Wraps a limiter, records every granted attempt and counts the calls
+/// its callers say are running.
+#[derive(Clone)]
+pub(crate) struct Recorder<L> {
+    inner: L,
+    grants: Arc<Mutex<Vec<Grant>>>,
+    pub(crate) running: Arc<Running>,
+}
+
+impl<L> Recorder<L> {
+    pub(crate) fn new(inner: L) -> Self {
+        Self {
+            inner,
+            grants: Arc::default(),
+            running: Arc::default(),
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    fn note(&self, before: Instant, answer: &Result<Admission, LimiterError>) {
+        if let Ok(Admission::Granted(permit)) = answer {
+            let span = Span {
+                before,
+                after: Instant::now(),
+            };
+            let token = permit.token();
+            self.grants.lock().unwrap().push(Grant { span, token });
+        }
+    }
+
+    /// The grants so far, by the start of their spans.
+    pub(crate) fn grants(&self) -> Vec<Grant> {
+        let mut grants = self.grants.lock().unwrap().clone();
+        grants.sort_by_key(|grant| grant.span.before);
+        grants
+    }
+
+    /// The spans of the grants so far, by start.
+    pub(crate) fn spans(&self) -> Vec<Span> {
+        self.grants().iter().map(|grant| grant.span).collect()
+    }
+}
+
+impl<L: Limiter> Limiter for Recorder<L> {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let before = Instant::now();
+        match self.inner.try_acquire_many(cost).into_ready() {
+            Ok(answer) => {
+                self.note(before, &answer);
+                LimiterFuture::ready(answer)
+            }
+            Err(pending) => LimiterFuture::new(async move {
+                let answer = pending.await;
+                self.note(before, &answer);
+                answer
+            }),
+        }
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        self.inner.can_proceed()
+    }
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        self.inner.peek(cost)
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_start()
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_completion()
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        self.inner.next_available_time()
+    }
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.set_next_available_time(at)
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.clear()
+    }
+    fn refund(&self, permit: Permit) {
+        self.inner.refund(permit);
+    }
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        self.inner.settle(permit, actual);
+    }
+    fn is_in_use(&self) -> bool {
+        self.inner.is_in_use()
+    }
+}
+
+/// How many calls run at once, and the most that ever did. A call counts
+/// from just after its grant to just before its permit goes, so the count
+/// never exceeds what the limiter had granted.
+#[derive(Debug, Default)]
+pub(crate) struct Running {
+    now: AtomicUsize,
+    max: AtomicUsize,
+    starts: Mutex<Vec<Instant>>,
+}
+
+/// One running call; it stops counting when dropped (a cancelled call
+/// included).
+pub(crate) struct RunningCall<'a>(&'a Running);
+
+impl Drop for RunningCall<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Running {
+    pub(crate) fn enter(&self) -> RunningCall<'_> {
+        self.starts.lock().unwrap().push(Instant::now());
+        let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(running, Ordering::SeqCst);
+        RunningCall(self)
+    }
+
+    /// Runs one call of `hold` (a yield when zero) on the tokio runtime.
+    pub(crate) async fn call(&self, hold: Duration) {
+        let _call = self.enter();
+        if hold.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(hold).await;
+        }
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn now(&self) -> usize {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    /// The instants calls started, in order, as spans of no length: on
+    /// paused time a call starts at the instant of its grant.
+    pub(crate) fn starts(&self) -> Vec<Span> {
+        let mut starts = self.starts.lock().unwrap().clone();
+        starts.sort();
+        starts
+            .into_iter()
+            .map(|at| Span {
+                before: at,
+                after: at,
+            })
+            .collect()
+    }
+}
+
+/// `limiter` behind a `LimitLayer`, around a service whose calls run for
+/// `hold` (counted in the recorder's `running`). Clones share the layer's
+/// line.
+pub(crate) fn limited<L: Limiter + Clone>(
+    limiter: Recorder<L>,
+    hold: Duration,
+) -> impl Service<(), Response = (), Error = BoxError, Future: Send> + Clone + Send + 'static {
+    let running = Arc::clone(&limiter.running);
+    LimitLayer::new(limiter).layer(service_fn(move |()| {
+        let running = Arc::clone(&running);
+        async move {
+            running.call(hold).await;
+            Ok::<_, Infallible>(())
+        }
+    }))
 }
 
 /// Spawns `CALLERS` tasks running `caller` and returns how many finished.

@@ -8,24 +8,29 @@ use super::reply::{Reply, micros, micros_until, signed};
 use super::{PostgresKey, PostgresStore};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
-use crate::store::{LeaseStore, StoreError, WindowDecision};
+use crate::store::{LeaseStore, StoreError, WindowDecision, lease_names, names_of_all};
 
-/// The names of the `cost` leases from `lease`, as the table stores them.
-fn names(lease: u64, cost: u32) -> impl Iterator<Item = i64> {
-    (0..u64::from(cost)).map(move |k| signed(lease.wrapping_add(k)))
+/// `args`, then the lease `names` as the table stores them.
+fn with_names(
+    mut args: Vec<i64>,
+    names: Result<Vec<u64>, LimiterError>,
+) -> Result<Vec<i64>, LimiterError> {
+    args.extend(names?.into_iter().map(signed));
+    Ok(args)
 }
 
 impl PostgresStore {
-    /// Runs `op` of the lease function with `args`, then reads its reply
-    /// with `read`.
+    /// Runs `op` of the lease function with `args` (unless they could not
+    /// be made), then reads its reply with `read`.
     fn leases<'a, T: Send + 'a>(
         &'a self,
         key: &'a PostgresKey,
         op: &'static str,
-        args: Vec<i64>,
+        args: Result<Vec<i64>, LimiterError>,
         read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'a,
     ) -> LimiterFuture<'a, Result<T, LimiterError>> {
         LimiterFuture::new(async move {
+            let args = args?;
             let statement = &self.inner.statements.leases;
             let reply = self.run(statement, &[&op, &key.name, &args]).await?;
             Ok(read(Reply(&reply))?)
@@ -50,8 +55,8 @@ impl LeaseStore for PostgresStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        let mut args = vec![i64::from(max), micros(ttl), i64::from(cost)];
-        args.extend(names(lease, cost));
+        let args = vec![i64::from(max), micros(ttl), i64::from(cost)];
+        let args = with_names(args, lease_names(lease, cost));
         self.leases(key, "lease", args, move |r| {
             if r.0 == [1] {
                 return Ok(WindowDecision::Granted { ticket: lease });
@@ -66,8 +71,7 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let mut args = vec![micros(ttl)];
-        args.extend(leases.iter().flat_map(|&(lease, cost)| names(lease, cost)));
+        let args = with_names(vec![micros(ttl)], names_of_all(leases));
         self.leases(key, "renew", args, |r| r.count())
     }
 
@@ -77,14 +81,15 @@ impl LeaseStore for PostgresStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.leases(key, "release", names(lease, cost).collect(), |_| Ok(()))
+        let args = with_names(Vec::new(), lease_names(lease, cost));
+        self.leases(key, "release", args, |_| Ok(()))
     }
 
     fn leases_held<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        self.leases(key, "held", Vec::new(), |r| r.count())
+        self.leases(key, "held", Ok(Vec::new()), |r| r.count())
     }
 
     fn pause_leases<'a>(
@@ -92,20 +97,20 @@ impl LeaseStore for PostgresStore {
         key: &'a PostgresKey,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.leases(key, "pause", vec![micros_until(at)], |_| Ok(()))
+        self.leases(key, "pause", Ok(vec![micros_until(at)]), |_| Ok(()))
     }
 
     fn paused_until<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        self.leases(key, "paused", Vec::new(), |r| r.optional_instant())
+        self.leases(key, "paused", Ok(Vec::new()), |r| r.optional_instant())
     }
 
     fn clear_leases<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.leases(key, "clear", Vec::new(), |_| Ok(()))
+        self.leases(key, "clear", Ok(Vec::new()), |_| Ok(()))
     }
 }

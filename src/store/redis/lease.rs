@@ -10,24 +10,30 @@ use super::{
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
-use crate::store::{LeaseStore, WindowDecision};
+use crate::store::{LeaseStore, WindowDecision, lease_names, names_of_all};
 
-/// The names of the `cost` leases from `lease`, as the script stores them.
-fn names(lease: u64, cost: u32) -> impl Iterator<Item = String> {
-    (0..u64::from(cost)).map(move |k| lease.wrapping_add(k).to_string())
+/// `arguments`, then the lease `names` as the script stores them (decimal
+/// strings).
+fn with_names(
+    mut arguments: Vec<String>,
+    names: Result<Vec<u64>, LimiterError>,
+) -> Result<Vec<String>, LimiterError> {
+    arguments.extend(names?.iter().map(u64::to_string));
+    Ok(arguments)
 }
 
 impl RedisStore {
-    /// Runs `op` of the lease script with `arguments`.
+    /// Runs `op` of the lease script with `arguments` (unless they could
+    /// not be made).
     fn leases<'a>(
         &'a self,
         key: &'a RedisKey,
         op: &'static str,
-        arguments: Vec<String>,
+        arguments: Result<Vec<String>, LimiterError>,
     ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
         LimiterFuture::new(async move {
             let mut all = vec![op.to_owned()];
-            all.extend(arguments);
+            all.extend(arguments?);
             self.run(&self.inner.scripts.leases, &key.parts(), &all)
                 .await
         })
@@ -49,8 +55,7 @@ impl LeaseStore for RedisStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        let mut arguments = args(&[&max, &micros(ttl), &cost]);
-        arguments.extend(names(lease, cost));
+        let arguments = with_names(args(&[&max, &micros(ttl), &cost]), lease_names(lease, cost));
         parsed(self.leases(key, "lease", arguments), move |reply| {
             if reply == [1] {
                 return Ok(WindowDecision::Granted { ticket: lease });
@@ -65,8 +70,7 @@ impl LeaseStore for RedisStore {
         ttl: Duration,
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let mut arguments = args(&[&micros(ttl)]);
-        arguments.extend(leases.iter().flat_map(|&(lease, cost)| names(lease, cost)));
+        let arguments = with_names(args(&[&micros(ttl)]), names_of_all(leases));
         parsed(self.leases(key, "renew", arguments), |reply| {
             Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
         })
@@ -78,14 +82,15 @@ impl LeaseStore for RedisStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.leases(key, "release", names(lease, cost).collect()))
+        let arguments = with_names(Vec::new(), lease_names(lease, cost));
+        done(self.leases(key, "release", arguments))
     }
 
     fn leases_held<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        parsed(self.leases(key, "held", Vec::new()), |reply| {
+        parsed(self.leases(key, "held", Ok(Vec::new())), |reply| {
             Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
         })
     }
@@ -95,20 +100,20 @@ impl LeaseStore for RedisStore {
         key: &'a RedisKey,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.leases(key, "pause", args(&[&micros_until(at)])))
+        done(self.leases(key, "pause", Ok(args(&[&micros_until(at)]))))
     }
 
     fn paused_until<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        parsed(self.leases(key, "paused", Vec::new()), optional_instant)
+        parsed(self.leases(key, "paused", Ok(Vec::new())), optional_instant)
     }
 
     fn clear_leases<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.leases(key, "clear", Vec::new()))
+        done(self.leases(key, "clear", Ok(Vec::new())))
     }
 }

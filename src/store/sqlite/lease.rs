@@ -11,12 +11,7 @@ use tokio::time::Instant;
 use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, nanos, nanos_until, signed};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
-use crate::store::{LeaseStore, WindowDecision};
-
-/// The names of the `cost` leases from `lease`, as stored.
-fn names(lease: u64, cost: u32) -> impl Iterator<Item = i64> {
-    (0..u64::from(cost)).map(move |k| signed(lease.wrapping_add(k)))
-}
+use crate::store::{LeaseStore, WindowDecision, lease_names, names_of_all};
 
 /// The leases of one key inside a transaction, at `now`.
 struct Leases<'a> {
@@ -46,42 +41,43 @@ impl Leases<'_> {
             })
     }
 
-    fn lease(&self, max: u32, ttl: i64, lease: u64, cost: u32) -> rusqlite::Result<Answer> {
+    /// Takes the leases `names` of the call `lease` if they fit.
+    fn lease(&self, (max, ttl): (u32, i64), lease: u64, names: &[u64]) -> rusqlite::Result<Answer> {
         let retry = |at: i64| Answer::RetryIn(at.saturating_sub(self.now));
         if let Some(until) = self.paused_until()? {
             return Ok(retry(until));
         }
         let expires = self.now.saturating_add(ttl);
         let (held, earliest) = self.held()?;
-        if held.saturating_add(cost as usize) > max as usize {
+        if held.saturating_add(names.len()) > max as usize {
             return Ok(retry(earliest.unwrap_or(expires)));
         }
         let sql = "INSERT OR REPLACE INTO tower_limits_leases (name, lease, expires) \
                    VALUES (?1, ?2, ?3)";
         let mut insert = self.tx.prepare_cached(sql)?;
-        for name in names(lease, cost) {
-            insert.execute(params![self.name, name, expires])?;
+        for &name in names {
+            insert.execute(params![self.name, signed(name), expires])?;
         }
         Ok(Answer::Granted(lease))
     }
 
-    fn renew(&self, ttl: i64, leases: &[(u64, u32)]) -> rusqlite::Result<usize> {
+    fn renew(&self, ttl: i64, names: &[u64]) -> rusqlite::Result<usize> {
         let sql = "UPDATE tower_limits_leases SET expires = ?4 \
                    WHERE name = ?1 AND lease = ?2 AND expires > ?3";
         let mut update = self.tx.prepare_cached(sql)?;
         let expires = self.now.saturating_add(ttl);
         let mut renewed = 0;
-        for name in leases.iter().flat_map(|&(lease, cost)| names(lease, cost)) {
-            renewed += update.execute(params![self.name, name, self.now, expires])?;
+        for &name in names {
+            renewed += update.execute(params![self.name, signed(name), self.now, expires])?;
         }
         Ok(renewed)
     }
 
-    fn release(&self, lease: u64, cost: u32) -> rusqlite::Result<()> {
+    fn release(&self, names: &[u64]) -> rusqlite::Result<()> {
         let sql = "DELETE FROM tower_limits_leases WHERE name = ?1 AND lease = ?2";
         let mut delete = self.tx.prepare_cached(sql)?;
-        for name in names(lease, cost) {
-            delete.execute(params![self.name, name])?;
+        for &name in names {
+            delete.execute(params![self.name, signed(name)])?;
         }
         Ok(())
     }
@@ -142,7 +138,8 @@ impl LeaseStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let ttl = nanos(ttl);
         LimiterFuture::new(async move {
-            let work = move |leases: &Leases<'_>| leases.lease(max, ttl, lease, cost);
+            let names = lease_names(lease, cost)?;
+            let work = move |leases: &Leases<'_>| leases.lease((max, ttl), lease, &names);
             Ok(self.on_leases(key, Mode::Write, work).await?.decision())
         })
     }
@@ -153,8 +150,12 @@ impl LeaseStore for SqliteStore {
         ttl: Duration,
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let (ttl, held) = (nanos(ttl), leases.to_vec());
-        LimiterFuture::new(self.on_leases(key, Mode::Write, move |leases| leases.renew(ttl, &held)))
+        let (ttl, names) = (nanos(ttl), names_of_all(leases));
+        LimiterFuture::new(async move {
+            let names = names?;
+            let work = move |leases: &Leases<'_>| leases.renew(ttl, &names);
+            self.on_leases(key, Mode::Write, work).await
+        })
     }
 
     fn release<'a>(
@@ -163,9 +164,11 @@ impl LeaseStore for SqliteStore {
         lease: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(
-            self.on_leases(key, Mode::Write, move |leases| leases.release(lease, cost)),
-        )
+        LimiterFuture::new(async move {
+            let names = lease_names(lease, cost)?;
+            let work = move |leases: &Leases<'_>| leases.release(&names);
+            self.on_leases(key, Mode::Write, work).await
+        })
     }
 
     fn leases_held<'a>(

@@ -1,0 +1,432 @@
+//! Every limiter's constructor with arbitrary numbers (zero, one, the
+//! type's maximum, anything between; durations from zero to `Duration::MAX`),
+//! then arbitrary costs, settled amounts, peeks, pauses, runtime changes,
+//! refunds and the six seed operations on what was built: a configuration
+//! is built or refused with a `ConfigError`, every call answers, nothing
+//! panics, and no case allocates in proportion to a number it was given.
+//!
+//! 2,000 cases by default; `PROPTEST_CASES=1000000 cargo test --release
+//! --all-features --test arbitrary_numbers` runs a million. Its own test
+//! binary, because it counts every allocation of the process.
+
+mod common;
+
+use std::alloc::System;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::cases::OneKey;
+use common::paused_runtime;
+use proptest::prelude::*;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tokio::time::Instant;
+use tower_limits::error::ConfigError;
+use tower_limits::store::{MemoryStore, Quota};
+use tower_limits::{
+    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
+    Limiter, Permit, Rate, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
+};
+
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// The most one case may allocate in all (its limiter, its permits, a
+/// log of a few hundred entries): far below what one allocation per unit of
+/// an arbitrary cost would take.
+const ALLOCATION_BOUND: usize = 4 << 20;
+/// Permits a case holds at once; older ones are dropped.
+const HELD: usize = 16;
+
+// ------------------------------------------------------------- numbers
+
+fn count_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(u64::MAX),
+        Just(u64::MAX - 1),
+        Just(u64::from(u32::MAX)),
+        0u64..1_000,
+        any::<u64>(),
+    ]
+}
+
+fn count_u32() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(u32::MAX),
+        Just(u32::MAX - 1),
+        0u32..1_000,
+        any::<u32>()
+    ]
+}
+
+fn count_usize() -> impl Strategy<Value = usize> {
+    count_u64().prop_map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_nanos(1)),
+        Just(Duration::from_millis(1)),
+        Just(Duration::from_secs(1)),
+        Just(Duration::from_secs(86_400 * 365 * 100)),
+        Just(Duration::MAX),
+        (0u64..10_000_000_000).prop_map(Duration::from_nanos),
+        any::<u64>().prop_map(Duration::from_nanos),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+fn multiplier() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(-1.0),
+        Just(0.0),
+        Just(1.0),
+        Just(2.0),
+        any::<f64>(),
+    ]
+}
+
+// ------------------------------------------------------------ subjects
+
+/// A constructor and its numbers.
+#[derive(Clone, Debug)]
+enum Make {
+    Concurrency(usize),
+    SlidingLog {
+        max: usize,
+        window: Duration,
+        backoff: Option<(Duration, f64, Duration)>,
+    },
+    Delay(Duration),
+    EvenlySpaced(usize, Duration),
+    Gcra(u64, Duration, u32),
+    TokenBucket(u32, u64, Duration),
+    LeakyBucket(u64, Duration, u32),
+    FixedWindow(u32, Duration, bool),
+    SlidingWindowCounter(u32, Duration),
+    /// A rate (`count` per `per`) given to each `from_rate` constructor,
+    /// picked by the `u8`.
+    FromRate(u64, Duration, u8),
+    /// A quota in the memory store, picked by the `u8`, with a burst.
+    Shared(u32, Duration, u32, u8),
+    Leased(u32, Duration),
+    Keyed {
+        count: u64,
+        period: Duration,
+        max_keys: usize,
+        idle_timeout: Duration,
+    },
+    Composite(usize, u64, Duration),
+}
+
+fn make() -> impl Strategy<Value = Make> {
+    let backoff = proptest::option::of((duration(), multiplier(), duration()));
+    prop_oneof![
+        count_usize().prop_map(Make::Concurrency),
+        (count_usize(), duration(), backoff).prop_map(|(max, window, backoff)| {
+            Make::SlidingLog {
+                max,
+                window,
+                backoff,
+            }
+        }),
+        duration().prop_map(Make::Delay),
+        (count_usize(), duration()).prop_map(|(n, w)| Make::EvenlySpaced(n, w)),
+        (count_u64(), duration(), count_u32()).prop_map(|(n, p, b)| Make::Gcra(n, p, b)),
+        (count_u32(), count_u64(), duration()).prop_map(|(c, n, p)| Make::TokenBucket(c, n, p)),
+        (count_u64(), duration(), count_u32()).prop_map(|(n, p, q)| Make::LeakyBucket(n, p, q)),
+        (count_u32(), duration(), any::<bool>()).prop_map(|(n, w, a)| Make::FixedWindow(n, w, a)),
+        (count_u32(), duration()).prop_map(|(n, w)| Make::SlidingWindowCounter(n, w)),
+        (count_u64(), duration(), any::<u8>()).prop_map(|(n, p, k)| Make::FromRate(n, p, k)),
+        (count_u32(), duration(), count_u32(), any::<u8>())
+            .prop_map(|(n, p, b, k)| Make::Shared(n, p, b, k)),
+        (count_u32(), duration()).prop_map(|(n, t)| Make::Leased(n, t)),
+        (count_u64(), duration(), count_usize(), duration()).prop_map(
+            |(count, period, max_keys, idle_timeout)| Make::Keyed {
+                count,
+                period,
+                max_keys,
+                idle_timeout,
+            }
+        ),
+        (count_usize(), count_u64(), duration()).prop_map(|(c, n, p)| Make::Composite(c, n, p)),
+    ]
+}
+
+/// Changes a limiter's numbers at run time, where it can.
+type Retune = Box<dyn Fn(u64, Duration, u32) -> Result<(), ConfigError>>;
+
+/// What a constructor built.
+struct Subject {
+    limiter: Arc<dyn Limiter>,
+    retune: Retune,
+}
+
+impl Subject {
+    fn new<L: Limiter + Clone>(
+        limiter: L,
+        retune: impl Fn(&L, u64, Duration, u32) -> Result<(), ConfigError> + 'static,
+    ) -> Self {
+        let handle = limiter.clone();
+        Self {
+            limiter: Arc::new(limiter),
+            retune: Box::new(move |n, d, b| retune(&handle, n, d, b)),
+        }
+    }
+
+    fn fixed(limiter: impl Limiter) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+            retune: Box::new(|_, _, _| Ok(())),
+        }
+    }
+}
+
+fn usize_of(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+impl Make {
+    fn build(&self) -> Result<Subject, ConfigError> {
+        Ok(match *self {
+            Make::Concurrency(max) => Subject::new(
+                ConcurrencyLimiter::new(max)?,
+                |l: &ConcurrencyLimiter, n, _, _| l.set_max_concurrent(usize_of(n)),
+            ),
+            Make::SlidingLog {
+                max,
+                window,
+                backoff,
+            } => {
+                let builder = RateLimiter::builder("arbitrary", max, window);
+                let builder = match backoff {
+                    Some((initial, multiplier, most)) => builder
+                        .initial_backoff(initial)
+                        .backoff_multiplier(multiplier)
+                        .max_backoff(most),
+                    None => builder.without_backoff(),
+                };
+                Subject::new(builder.build()?, |l: &RateLimiter, n, d, _| {
+                    l.set_limit(usize_of(n), d)
+                })
+            }
+            Make::Delay(delay) => {
+                Subject::new(DelayLimiter::new(delay)?, |l: &DelayLimiter, _, d, _| {
+                    l.set_delay(d)
+                })
+            }
+            Make::EvenlySpaced(max, window) => {
+                Subject::fixed(EvenlySpacedRateLimiter::new(max, window)?)
+            }
+            Make::Gcra(count, period, burst) => Subject::new(
+                GcraLimiter::new(count, period)?.with_burst(burst)?,
+                |l: &GcraLimiter, n, d, b| l.set_limit(n, d, b),
+            ),
+            Make::TokenBucket(capacity, refill, period) => Subject::new(
+                TokenBucketLimiter::new(capacity, refill, period)?,
+                |l: &TokenBucketLimiter, n, d, b| l.set_limit(b, n, d),
+            ),
+            Make::LeakyBucket(count, period, queue) => {
+                Subject::fixed(LeakyBucketLimiter::new(count, period, queue)?)
+            }
+            Make::FixedWindow(max, window, aligned) => {
+                let limiter = FixedWindowLimiter::new(max, window)?;
+                Subject::fixed(if aligned {
+                    limiter.aligned_to_unix_time()
+                } else {
+                    limiter
+                })
+            }
+            Make::SlidingWindowCounter(max, window) => {
+                Subject::fixed(SlidingWindowCounterLimiter::new(max, window)?)
+            }
+            Make::FromRate(count, per, which) => from_rate(Rate::new(count, per)?, which)?,
+            Make::Shared(count, period, burst, which) => {
+                let quota = match which % 4 {
+                    0 => Quota::gcra(u64::from(count), period)?.with_burst(burst)?,
+                    1 => Quota::token_bucket(burst, u64::from(count), period)?,
+                    2 => Quota::fixed_window(count, period)?,
+                    _ => Quota::sliding_window_counter(count, period)?,
+                };
+                Subject::fixed(SharedLimiter::new(MemoryStore::new(), "arbitrary", quota))
+            }
+            Make::Leased(max, ttl) => Subject::fixed(LeasedConcurrencyLimiter::new(
+                MemoryStore::new(),
+                "arbitrary",
+                max,
+                ttl,
+            )?),
+            Make::Keyed {
+                count,
+                period,
+                max_keys,
+                idle_timeout,
+            } => {
+                GcraLimiter::new(count, period)?;
+                let keyed = KeyedLimiter::builder(move |_: &u8| {
+                    GcraLimiter::new(count, period).expect("checked above")
+                })
+                .max_keys(max_keys)
+                .idle_timeout(idle_timeout)
+                .build()?;
+                Subject::fixed(OneKey::new(keyed, 1))
+            }
+            Make::Composite(max, count, period) => Subject::fixed(
+                CompositeLimiter::new()
+                    .with(ConcurrencyLimiter::new(max)?)
+                    .with(GcraLimiter::new(count, period)?),
+            ),
+        })
+    }
+}
+
+fn from_rate(rate: Rate, which: u8) -> Result<Subject, ConfigError> {
+    Ok(match which % 7 {
+        0 => Subject::fixed(RateLimiter::from_rate("arbitrary", rate)?.build()?),
+        1 => Subject::fixed(EvenlySpacedRateLimiter::from_rate(rate)?),
+        2 => Subject::fixed(GcraLimiter::from_rate(rate)?),
+        3 => Subject::fixed(TokenBucketLimiter::from_rate(u32::from(which), rate)?),
+        4 => Subject::fixed(LeakyBucketLimiter::from_rate(rate, u32::from(which))?),
+        5 => Subject::fixed(FixedWindowLimiter::from_rate(rate)?),
+        _ => Subject::fixed(SlidingWindowCounterLimiter::from_rate(rate)?),
+    })
+}
+
+// ------------------------------------------------------------ operations
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire(u32),
+    Peek(u32),
+    /// Settles a held permit (picked by the index) to this cost.
+    Settle(usize, u32),
+    Refund(usize),
+    Release(usize),
+    /// Moves paused time on (at most ten years: tokio's clock is the limit).
+    Advance(Duration),
+    /// `set_next_available_after`, any delay.
+    PauseFor(Duration),
+    Retune(u64, Duration, u32),
+    Clear,
+    CanProceed,
+    RecordStart,
+    RecordCompletion,
+    NextAvailableTime,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let ten_years = Duration::from_secs(86_400 * 365 * 10).as_nanos() as u64;
+    prop_oneof![
+        4 => count_u32().prop_map(Op::Acquire),
+        2 => count_u32().prop_map(Op::Peek),
+        2 => (any::<usize>(), count_u32()).prop_map(|(i, n)| Op::Settle(i, n)),
+        1 => any::<usize>().prop_map(Op::Refund),
+        1 => any::<usize>().prop_map(Op::Release),
+        2 => prop_oneof![0..10_000_000u64, 0..ten_years].prop_map(|n| Op::Advance(Duration::from_nanos(n))),
+        1 => duration().prop_map(Op::PauseFor),
+        1 => (count_u64(), duration(), count_u32()).prop_map(|(n, d, b)| Op::Retune(n, d, b)),
+        1 => Just(Op::Clear),
+        1 => Just(Op::CanProceed),
+        1 => Just(Op::RecordStart),
+        1 => Just(Op::RecordCompletion),
+        1 => Just(Op::NextAvailableTime),
+    ]
+}
+
+/// Runs one operation; a typed error is an answer, as a grant or a denial
+/// is.
+async fn run(subject: &Subject, held: &mut Vec<Permit>, op: Op) {
+    let limiter = subject.limiter.as_ref();
+    match op {
+        Op::Acquire(cost) => {
+            if let Ok(Admission::Granted(permit)) = limiter.try_acquire_many(cost).await {
+                if held.len() == HELD {
+                    drop(held.remove(0));
+                }
+                held.push(permit);
+            }
+        }
+        Op::Peek(cost) => drop(limiter.peek(cost).await),
+        Op::Settle(index, actual) => {
+            if let Some(permit) = pick(held, index) {
+                let before = permit.cost();
+                limiter.settle(permit, actual);
+                // Settled to at most what was asked, or left alone.
+                assert!(permit.cost() <= actual.max(before), "charged past the ask");
+            }
+        }
+        Op::Refund(index) => {
+            if !held.is_empty() {
+                limiter.refund(held.remove(index % held.len()));
+            }
+        }
+        Op::Release(index) => {
+            if !held.is_empty() {
+                drop(held.remove(index % held.len()));
+            }
+        }
+        Op::Advance(by) => tokio::time::advance(by).await,
+        Op::PauseFor(delay) => drop(limiter.set_next_available_after(delay).await),
+        Op::Retune(count, period, burst) => drop((subject.retune)(count, period, burst)),
+        Op::Clear => drop(limiter.clear().await),
+        Op::CanProceed => drop(limiter.can_proceed().await),
+        Op::RecordStart => drop(limiter.record_start().await),
+        Op::RecordCompletion => drop(limiter.record_completion().await),
+        Op::NextAvailableTime => {
+            if let Ok(at) = limiter.next_available_time().await {
+                // Any instant is an answer; reading it must not panic.
+                let _ = at.checked_duration_since(Instant::now());
+            }
+        }
+    }
+}
+
+fn pick(held: &mut [Permit], index: usize) -> Option<&mut Permit> {
+    let len = held.len();
+    (len > 0).then(|| &mut held[index % len])
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(2_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn arbitrary_numbers_are_answered_without_panics_or_unbounded_memory(
+        make in make(),
+        ops in prop::collection::vec(op(), 0..24),
+    ) {
+        let region = Region::new(ALLOCATOR);
+        paused_runtime().block_on(async {
+            let Ok(subject) = make.build() else {
+                return;
+            };
+            let mut held = Vec::new();
+            for op in ops {
+                run(&subject, &mut held, op).await;
+            }
+        });
+        let allocated = region.change().bytes_allocated;
+        prop_assert!(
+            allocated <= ALLOCATION_BOUND,
+            "{make:?} allocated {allocated} bytes"
+        );
+    }
+}
