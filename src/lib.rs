@@ -18,6 +18,7 @@
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
+//! | [`AdaptiveRateLimiter`] | the call conforms to a rate learned from the upstream: lower on each refusal, climbing back while calls succeed (CUBIC), at a stated quota when there is one |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
 //! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store] (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
@@ -108,10 +109,10 @@ pub use limiter::{
     ReleaseListener,
 };
 pub use limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    FixedWindowLimiter, GcraLimiter, GcraState, KeyedLimiter, KeyedLimiterBuilder,
-    LeakyBucketLimiter, NullLimiter, RateLimiter, RateLimiterBuilder, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
+    AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter,
+    DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, GcraState,
+    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, RateLimiter,
+    RateLimiterBuilder, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
 pub use rate::{ParseRateError, Rate};

@@ -9,11 +9,20 @@ use http::{HeaderMap, Response, StatusCode};
 use super::error::InvalidHeader;
 use super::ratelimit::{RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus};
 use super::retry_after::{RetryAfter, saturating_seconds};
+use crate::rate::Rate;
 
 const RATELIMIT_REMAINING: &str = "ratelimit-remaining";
 const RATELIMIT_RESET: &str = "ratelimit-reset";
 const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
 const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
+/// tower_governor's wait, in whole seconds, beside `Retry-After`.
+const X_RATELIMIT_AFTER: &str = "x-ratelimit-after";
+/// gRPC server pushback (gRFC A6), in milliseconds.
+const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
+/// gRPC's `RESOURCE_EXHAUSTED`: a gRPC 429.
+const GRPC_RESOURCE_EXHAUSTED: &str = "8";
+/// gRPC's `UNAVAILABLE`: a gRPC 503.
+const GRPC_UNAVAILABLE: &str = "14";
 
 /// An `X-RateLimit-Reset` at or above this is a unix time in seconds
 /// (2001-09-09), not a delay: no API resets a quota 31 years from now.
@@ -26,9 +35,14 @@ const UNIX_MILLIS_FROM: u64 = 1_000_000_000_000;
 /// Read by [`Advice::from_parts`], in this order:
 ///
 /// 1. On `429 Too Many Requests` and `503 Service Unavailable`, a valid
-///    `Retry-After` (delay-seconds or an HTTP-date) decides. A gRPC
-///    response with `grpc-status: 8` (`RESOURCE_EXHAUSTED`) in its headers
-///    counts as a 429.
+///    `Retry-After` (delay-seconds or an HTTP-date) decides; without one,
+///    tower_governor's `X-RateLimit-After` (seconds), then gRPC's
+///    `grpc-retry-pushback-ms`. A gRPC response with `grpc-status: 8`
+///    (`RESOURCE_EXHAUSTED`) in its headers counts as a 429, and one with
+///    `grpc-status: 14` (`UNAVAILABLE`) as a 503. A wait of zero on a
+///    refusal (`Retry-After: 0`, as tower_governor sends for any wait
+///    under a second) is still a refusal: `Wait(ZERO)`, which
+///    [`FeedbackLayer`](super::FeedbackLayer) turns into a short pause.
 /// 2. Otherwise, on any status, an exhausted quota in the rate-limit
 ///    headers asks for a wait until it resets (the longest when several
 ///    say so). On a 429 every advertised reset counts, exhausted or not.
@@ -41,8 +55,11 @@ const UNIX_MILLIS_FROM: u64 = 1_000_000_000_000;
 ///      read with a heuristic, as APIs disagree on its unit: a value below
 ///      10⁹ is a delay in seconds, one below 10¹² a unix time in seconds, and
 ///      a larger one a unix time in milliseconds (fractions allowed).
-/// 3. A 429 with none of these is [`Advice::BackOff`]. A reset already
-///    past asks for no wait: [`Advice::Proceed`], or `Wait(ZERO)` on a 429.
+/// 3. A 429 or 503 with none of these is [`Advice::BackOff`], and so is an
+///    exhausted quota that says nothing of when it resets
+///    (`X-RateLimit-Remaining: 0` alone): the next request would be refused.
+///    A reset already past asks for no wait: [`Advice::Proceed`], or
+///    `Wait(ZERO)` on a 429.
 ///
 /// A malformed header is ignored with a `tracing` warning; no header value
 /// can make it panic.
@@ -105,12 +122,14 @@ impl Advice {
     /// assert_eq!(advice, Advice::Wait(Duration::from_secs(42)));
     /// ```
     pub fn from_parts(status: StatusCode, headers: &HeaderMap, now: SystemTime) -> Self {
-        let throttled = status == StatusCode::TOO_MANY_REQUESTS || resource_exhausted(headers);
-        if throttled || status == StatusCode::SERVICE_UNAVAILABLE {
-            let retry_after = read(headers, RETRY_AFTER.as_str(), str::parse::<RetryAfter>);
-            if let Some(retry_after) = retry_after {
-                return Self::Wait(retry_after.wait_from(now));
-            }
+        let throttled = status == StatusCode::TOO_MANY_REQUESTS
+            || grpc_status(headers, GRPC_RESOURCE_EXHAUSTED);
+        let unavailable =
+            status == StatusCode::SERVICE_UNAVAILABLE || grpc_status(headers, GRPC_UNAVAILABLE);
+        if (throttled || unavailable)
+            && let Some(wait) = refusal_wait(headers, now)
+        {
+            return Self::Wait(wait);
         }
         let waits = [
             ratelimit_wait(headers, throttled),
@@ -132,19 +151,56 @@ impl Advice {
         match waits.into_iter().flatten().max() {
             Some(wait) if throttled || !wait.is_zero() => Self::Wait(wait),
             Some(_) => Self::Proceed, // the quota has already reset
-            None if throttled => Self::BackOff,
+            None if throttled || unavailable || exhausted(headers) => Self::BackOff,
             None => Self::Proceed,
         }
     }
 }
 
-/// Whether the response is a trailers-only gRPC `RESOURCE_EXHAUSTED`
-/// (status 8 in the headers, as [`TooManyRequests`](super::TooManyRequests)
-/// answers): a gRPC 429.
-fn resource_exhausted(headers: &HeaderMap) -> bool {
+/// The quota the upstream states in `RateLimit-Policy`: the slowest of
+/// its policies with a window, as a rate.
+pub(crate) fn stated_quota(headers: &HeaderMap) -> Option<Rate> {
+    let policies = read(headers, RATELIMIT_POLICY, RateLimitPolicy::parse_list)?;
+    policies
+        .iter()
+        .filter_map(|policy| Rate::new(policy.quota(), policy.window()?).ok())
+        .min_by(|a, b| a.as_per_second_f64().total_cmp(&b.as_per_second_f64()))
+}
+
+/// Whether the response is a trailers-only gRPC response with `status` in
+/// its headers (as [`TooManyRequests`](super::TooManyRequests) answers).
+fn grpc_status(headers: &HeaderMap, status: &str) -> bool {
     headers
         .get("grpc-status")
-        .is_some_and(|status| status == "8")
+        .is_some_and(|value| value == status)
+}
+
+/// The wait a refusal names: `Retry-After`, else `X-RateLimit-After`, else
+/// `grpc-retry-pushback-ms`.
+fn refusal_wait(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    read(headers, RETRY_AFTER.as_str(), str::parse::<RetryAfter>)
+        .map(|retry_after| retry_after.wait_from(now))
+        .or_else(|| {
+            read(headers, X_RATELIMIT_AFTER, count(X_RATELIMIT_AFTER)).map(Duration::from_secs)
+        })
+        .or_else(|| {
+            read(
+                headers,
+                GRPC_RETRY_PUSHBACK_MS,
+                count(GRPC_RETRY_PUSHBACK_MS),
+            )
+            .map(Duration::from_millis)
+        })
+}
+
+/// Whether a quota header says nothing remains (whether or not it says
+/// when it resets).
+fn exhausted(headers: &HeaderMap) -> bool {
+    let none_left = |name| read(headers, name, count(name)) == Some(0);
+    none_left(RATELIMIT_REMAINING)
+        || none_left(X_RATELIMIT_REMAINING)
+        || read(headers, RATELIMIT, RateLimitStatus::parse_list)
+            .is_some_and(|statuses| statuses.iter().any(|status| status.remaining() == 0))
 }
 
 /// The header `name`, all its lines joined by `, ` (a list field), read with

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -15,14 +15,17 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::advice::Advice;
+use super::advice::{Advice, stated_quota};
 use crate::error::LimiterError;
 use crate::limiter::{Limiter, LimiterFuture, far_future};
+use crate::limiters::AdaptiveRateLimiter;
 
 /// The longest pause an upstream can impose by default.
 const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 /// The first pause after a 429 without a hint.
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// The pause after a refusal that says to retry at once.
+const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 
 /// Reads every response and, when the upstream asks for a pause, pushes the
 /// next available time of the limiters it was given
@@ -31,11 +34,22 @@ const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// got the 429.
 ///
 /// What counts as a request to pause is described by [`Advice`]: a 429 or
-/// 503 with `Retry-After`, or an exhausted quota in the `RateLimit`,
+/// 503 with `Retry-After` (or tower_governor's `X-RateLimit-After`, or
+/// gRPC's pushback), or an exhausted quota in the `RateLimit`,
 /// `RateLimit-Remaining`/`-Reset` or `X-RateLimit-Remaining`/`-Reset`
-/// headers (on any status: the client pauses before it is refused). A 429
-/// without a usable header backs off exponentially: 1 s, then twice as long
-/// for each further 429 in a row, until a response that is not a 429.
+/// headers (on any status: the client pauses before it is refused). A
+/// refusal that says to retry at once (`Retry-After: 0`) still pauses for
+/// [`min_pause`](FeedbackLayer::min_pause) (100 ms by default). A 429 or
+/// 503 without a usable header, or an exhausted quota without a reset,
+/// backs off exponentially: 1 s, then twice as long for each further one
+/// in a row, until a call sent after the last of them succeeds (calls
+/// already in flight when the upstream started refusing do not end the
+/// run).
+///
+/// With [`FeedbackLayer::adaptive`], it also steers an
+/// [`AdaptiveRateLimiter`]: every refusal lowers its rate, successes let it
+/// climb back, and a quota the upstream states (`RateLimit-Policy`) is
+/// adopted.
 ///
 /// Every pause is capped by [`max_wait`](FeedbackLayer::max_wait) (default
 /// 5 minutes), so a hostile or broken upstream cannot park the client
@@ -79,9 +93,50 @@ const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct FeedbackLayer {
     limiters: Vec<Arc<dyn Limiter>>,
+    adaptive: Option<AdaptiveRateLimiter>,
     max_wait: Duration,
     backoff: Duration,
-    streak: Arc<AtomicU32>,
+    min_pause: Duration,
+    streak: Arc<Streak>,
+}
+
+/// The run of refusals without a hint, and when the last one came.
+#[derive(Debug)]
+struct Streak {
+    length: AtomicU32,
+    /// When the last refusal of the run came, in nanoseconds from `base`.
+    last: AtomicU64,
+    base: Instant,
+}
+
+impl Streak {
+    fn new() -> Self {
+        Self {
+            length: AtomicU32::new(0),
+            last: AtomicU64::new(0),
+            base: Instant::now(),
+        }
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.base).as_nanos();
+        u64::try_from(since).unwrap_or(u64::MAX)
+    }
+
+    /// One more refusal; how many came before it in the run.
+    fn lengthen(&self) -> u32 {
+        self.last
+            .fetch_max(self.nanos(Instant::now()), Ordering::Relaxed);
+        self.length.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A call sent at `sent_at` succeeded: the run ends, unless the call
+    /// was already in flight when the last refusal came.
+    fn end_after(&self, sent_at: Instant) {
+        if self.nanos(sent_at) >= self.last.load(Ordering::Relaxed) {
+            self.length.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl FeedbackLayer {
@@ -100,9 +155,50 @@ impl FeedbackLayer {
     pub fn new(limiter: impl Limiter) -> Self {
         Self {
             limiters: vec![Arc::new(limiter)],
+            adaptive: None,
             max_wait: DEFAULT_MAX_WAIT,
             backoff: DEFAULT_BACKOFF,
-            streak: Arc::default(),
+            min_pause: DEFAULT_MIN_PAUSE,
+            streak: Arc::new(Streak::new()),
+        }
+    }
+
+    /// A layer that pauses `limiter` when the upstream asks, and steers its
+    /// rate: every refusal lowers it ([`AdaptiveRateLimiter::record_refusal`]),
+    /// every success reports its latency
+    /// ([`AdaptiveRateLimiter::record_success`]), and a `RateLimit-Policy`
+    /// the upstream states is adopted ([`AdaptiveRateLimiter::adopt_quota`]).
+    ///
+    /// ```
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?).build()?;
+    /// let upstream = service_fn(|_: Request<()>| async {
+    ///     let response = Response::builder()
+    ///         .status(StatusCode::TOO_MANY_REQUESTS)
+    ///         .header("retry-after", "0")
+    ///         .body(())?;
+    ///     Ok::<_, http::Error>(response)
+    /// });
+    /// let mut client = ServiceBuilder::new()
+    ///     .layer(FeedbackLayer::adaptive(limiter.clone()))
+    ///     .layer(LimitLayer::new(limiter.clone()))
+    ///     .service(upstream);
+    ///
+    /// client.ready().await?.call(Request::new(())).await?;
+    /// assert_eq!(limiter.current_rate(), 70.0); // and a 100 ms pause
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn adaptive(limiter: AdaptiveRateLimiter) -> Self {
+        Self {
+            adaptive: Some(limiter.clone()),
+            ..Self::new(limiter)
         }
     }
 
@@ -158,17 +254,50 @@ impl FeedbackLayer {
         self
     }
 
+    /// The pause after a refusal that says to retry at once
+    /// (`Retry-After: 0`, which tower_governor sends for any wait under a
+    /// second); default 100 ms. The refusal still counts as one: every
+    /// caller pauses this long, and an adaptive rate decreases.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::FeedbackLayer;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let layer = FeedbackLayer::new(NullLimiter).min_pause(Duration::from_millis(250));
+    /// # let _ = layer;
+    /// ```
+    pub fn min_pause(mut self, pause: Duration) -> Self {
+        self.min_pause = pause;
+        self
+    }
+
+    /// Reports the answer to a call sent at `sent_at` to the adaptive
+    /// limiter, if there is one.
+    fn steer<B>(&self, response: &Response<B>, advice: Advice, sent_at: Instant) {
+        let Some(adaptive) = &self.adaptive else {
+            return;
+        };
+        match advice {
+            Advice::Proceed => adaptive.record_success(sent_at),
+            Advice::Wait(_) | Advice::BackOff => adaptive.record_refusal(sent_at),
+        }
+        if let Some(quota) = stated_quota(response.headers()) {
+            adaptive.adopt_quota(quota);
+        }
+    }
+
     /// The pause `advice` asks for, capped; updates the run of hint-less
-    /// 429s.
-    fn pause_for(&self, advice: Advice) -> Option<Duration> {
+    /// refusals.
+    fn pause_for(&self, advice: Advice, sent_at: Instant) -> Option<Duration> {
         let wait = match advice {
             Advice::Proceed => {
-                self.streak.store(0, Ordering::Relaxed);
+                self.streak.end_after(sent_at);
                 return None;
             }
-            Advice::Wait(wait) => wait,
+            Advice::Wait(wait) => wait.max(self.min_pause),
             Advice::BackOff => {
-                let streak = self.streak.fetch_add(1, Ordering::Relaxed);
+                let streak = self.streak.lengthen();
                 let factor = 1_u32.checked_shl(streak.min(31)).unwrap_or(u32::MAX);
                 self.backoff.saturating_mul(factor)
             }
@@ -219,8 +348,10 @@ impl fmt::Debug for FeedbackLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FeedbackLayer")
             .field("limiters", &self.limiters.len())
+            .field("adaptive", &self.adaptive)
             .field("max_wait", &self.max_wait)
             .field("backoff", &self.backoff)
+            .field("min_pause", &self.min_pause)
             .finish()
     }
 }
@@ -276,6 +407,7 @@ where
         ResponseFuture {
             inner: self.inner.call(request),
             layer: Arc::clone(&self.layer),
+            sent_at: Instant::now(),
             pausing: None,
         }
     }
@@ -306,6 +438,7 @@ pin_project! {
         #[pin]
         inner: F,
         layer: Arc<FeedbackLayer>,
+        sent_at: Instant,
         pausing: Option<(Response<B>, LimiterFuture<'static, ()>)>,
     }
 }
@@ -324,7 +457,9 @@ where
             return Poll::Ready(Ok(response));
         }
         let response = ready!(this.inner.poll(cx))?;
-        let wait = this.layer.pause_for(Advice::from_response(&response));
+        let advice = Advice::from_response(&response);
+        this.layer.steer(&response, advice, *this.sent_at);
+        let wait = this.layer.pause_for(advice, *this.sent_at);
         let Some(mut pause) = wait.and_then(|wait| this.layer.pause(wait)) else {
             return Poll::Ready(Ok(response));
         };

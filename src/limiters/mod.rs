@@ -1,5 +1,6 @@
 //! The limiting strategies, one module each.
 
+mod adaptive;
 mod cell;
 mod composite;
 mod concurrency;
@@ -20,6 +21,7 @@ mod sliding_window_counter;
 mod token_bucket;
 mod window;
 
+pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder};
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;

@@ -22,6 +22,7 @@
 
 pub(crate) mod cases;
 pub(crate) mod conformance;
+pub(crate) mod nginx;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod precision;

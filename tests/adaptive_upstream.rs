@@ -1,0 +1,254 @@
+//! An adaptive client against a real rate-limiting proxy whose limit it
+//! does not know: nginx's `limit_req` on loopback (see `common::nginx`),
+//! driven by 50 callers through `FeedbackLayer::adaptive` and a
+//! `LimitLayer` around a hyper-util client. What counts is what nginx
+//! logged: the requests it served (200) and refused (429), second by
+//! second.
+//!
+//! These run on real time for tens of seconds each: they measure a
+//! feedback loop through a real server.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::nginx::{Limit, Logged, Nginx, unix_now};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_limits::error::BoxError;
+use tower_limits::http::FeedbackLayer;
+use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
+
+const CALLERS: usize = 50;
+
+/// nginx's canonical leaky bucket: 20 a second, 5 more queued (delayed to
+/// the rate), `429` with `Retry-After: 1` past that.
+const LEAKY: Limit = Limit {
+    rate: 20,
+    burst: 5,
+    nodelay: false,
+    retry_after: 1,
+};
+
+/// Sends requests from [`CALLERS`] tasks through the feedback and limit
+/// layers until `stop` is set; the number of responses of each kind seen
+/// by the client (every request ends in a response or a counted error).
+struct Driver {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Driver {
+    fn start(nginx: &Nginx, limiter: &AdaptiveRateLimiter) -> Self {
+        let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let upstream = service_fn(move |request: Request<Empty<Bytes>>| {
+            let http = http.clone();
+            async move {
+                let (parts, body) = http.request(request).await?.into_parts();
+                body.collect().await?;
+                Ok::<_, BoxError>(Response::from_parts(parts, ()))
+            }
+        });
+        let client = ServiceBuilder::new()
+            .layer(FeedbackLayer::adaptive(limiter.clone()))
+            .layer(LimitLayer::new(limiter.clone()))
+            .service(upstream);
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let tasks = (0..CALLERS)
+            .map(|_| {
+                let mut client = client.clone();
+                let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+                let url = nginx.url();
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let request = Request::get(&url).body(Empty::new()).unwrap();
+                        let outcome = match client.ready().await {
+                            Ok(ready) => ready.call(request).await.map(drop),
+                            Err(error) => Err(error),
+                        };
+                        let counter = if outcome.is_ok() { &answered } else { &failed };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            answered,
+            failed,
+            tasks,
+        }
+    }
+
+    /// Stops the callers; the responses they got, and the errors.
+    async fn stop(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("a caller is stuck")
+                .expect("a caller panicked");
+        }
+        (
+            self.answered.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// What nginx logged from `from` to `to` (Unix seconds).
+#[derive(Debug)]
+struct Served {
+    ok: usize,
+    refused: usize,
+    seconds: f64,
+}
+
+impl Served {
+    fn between(log: &[Logged], from: f64, to: f64) -> Self {
+        let window = log.iter().filter(|entry| entry.at >= from && entry.at < to);
+        let (mut ok, mut refused) = (0, 0);
+        for entry in window {
+            match entry.status {
+                200 => ok += 1,
+                429 => refused += 1,
+                other => panic!("nginx answered {other}"),
+            }
+        }
+        Self {
+            ok,
+            refused,
+            seconds: to - from,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.seconds
+    }
+
+    fn refused_share(&self) -> f64 {
+        self.refused as f64 / (self.ok + self.refused).max(1) as f64
+    }
+}
+
+/// Prints the rate nginx served and the adapted rate, second by second.
+fn print_seconds(log: &[Logged], start: f64, seconds: u32, rates: &[f64]) {
+    for second in 0..seconds {
+        let from = start + f64::from(second);
+        let served = Served::between(log, from, from + 1.0);
+        let adapted = rates.get(second as usize).copied().unwrap_or(f64::NAN);
+        println!(
+            "  second {second:>2}: served {:>3}, refused {:>3}, client rate {adapted:6.1}/s",
+            served.ok, served.refused
+        );
+    }
+}
+
+/// Runs the callers for `seconds`, recording the adapted rate each second.
+async fn run_for(nginx: &Nginx, limiter: &AdaptiveRateLimiter, seconds: u32) -> Vec<f64> {
+    let driver = Driver::start(nginx, limiter);
+    let mut rates = Vec::new();
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rates.push(limiter.current_rate());
+    }
+    let (answered, failed) = driver.stop().await;
+    assert_eq!(failed, 0, "requests that ended in an error");
+    assert!(answered > 0);
+    rates
+}
+
+fn adaptive(start: u64) -> AdaptiveRateLimiter {
+    AdaptiveRateLimiter::builder(Rate::per_second(start).unwrap())
+        .queueing_delay(Duration::from_millis(20))
+        .burst(2)
+        .build()
+        .unwrap()
+}
+
+/// The client starts at five times the limit it does not know: within 5 s
+/// it serves at least 90% of the limit, with at most 3% refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finds_an_unknown_limit() {
+    let nginx = Nginx::start(LEAKY);
+    let limiter = adaptive(100);
+    let start = unix_now();
+    let rates = run_for(&nginx, &limiter, 30).await;
+    let log = nginx.log();
+    println!("nginx at 20/s, burst 5; the client starts at 100/s:");
+    print_seconds(&log, start, 30, &rates);
+    let settled = Served::between(&log, start + 5.0, start + 30.0);
+    println!("after 5 s: {settled:?}, {:.1}/s", settled.rate());
+    assert!(settled.rate() >= 18.0, "{:.1}/s of 20", settled.rate());
+    assert!(settled.refused_share() <= 0.03, "{settled:?}");
+}
+
+/// nginx's limit goes from 20/s to 40/s, then to 10/s, 12 s each: from
+/// 5 s after each change, the client serves at least 85% of the new limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_limit_that_changes() {
+    let nginx = Nginx::start(LEAKY);
+    let limiter = adaptive(20);
+    let driver = Driver::start(&nginx, &limiter);
+    let mut phases = Vec::new();
+    let mut rates = Vec::new();
+    let start = unix_now();
+    for rate in [20, 40, 10] {
+        nginx.set_limit(Limit { rate, ..LEAKY });
+        phases.push((rate, unix_now()));
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            rates.push(limiter.current_rate());
+        }
+    }
+    let end = unix_now();
+    let (_, failed) = driver.stop().await;
+    assert_eq!(failed, 0, "requests that ended in an error");
+    let log = nginx.log();
+    println!("nginx at 20/s, then 40/s, then 10/s:");
+    print_seconds(&log, start, 36, &rates);
+    let ends = phases.iter().skip(1).map(|(_, at)| *at).chain([end]);
+    for ((rate, from), to) in phases.iter().zip(ends) {
+        let settled = Served::between(&log, from + 5.0, to);
+        let share = settled.rate() / f64::from(*rate);
+        println!("limit {rate}/s, from 5 s in: {settled:?}, {:.0}%", share * 100.0);
+        assert!(share >= 0.85, "{:.1}/s of {rate}", settled.rate());
+    }
+}
+
+/// An upstream that refuses at once and always says `Retry-After: 0` (as
+/// tower_governor does for any wait under a second): the client still
+/// slows down, refused at most 5% of the time, and serves at least 85% of
+/// the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slows_down_on_retry_after_zero() {
+    let nginx = Nginx::start(Limit {
+        rate: 20,
+        burst: 5,
+        nodelay: true,
+        retry_after: 0,
+    });
+    let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap())
+        .burst(2)
+        .build()
+        .unwrap();
+    let start = unix_now();
+    let rates = run_for(&nginx, &limiter, 30).await;
+    let log = nginx.log();
+    println!("nginx at 20/s, burst 5, nodelay, Retry-After: 0; the client starts at 100/s:");
+    print_seconds(&log, start, 30, &rates);
+    let settled = Served::between(&log, start + 5.0, start + 30.0);
+    println!("after 5 s: {settled:?}, {:.1}/s", settled.rate());
+    assert!(settled.rate() >= 17.0, "{:.1}/s of 20", settled.rate());
+    assert!(settled.refused_share() <= 0.05, "{settled:?}");
+}
