@@ -78,3 +78,25 @@ async fn axum_router_limits_each_tenant_and_keys_peers_by_connect_info() {
         "the per-address limit read axum's ConnectInfo"
     );
 }
+
+#[cfg(feature = "axum")]
+#[path = "../examples/adaptive_client.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod adaptive_client;
+
+/// 5 s at each limit (20, 40, then 10 a second): the adapted rate goes up
+/// past the first limit, then down below the second, with few refusals.
+#[cfg(feature = "axum")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_client_follows_its_upstream_up_and_down() {
+    use std::time::Duration;
+    let seconds = adaptive_client::run(Duration::from_secs(5), |_| {})
+        .await
+        .expect("the example runs");
+    let served: u32 = seconds.iter().map(|s| s.served).sum();
+    let refused: u32 = seconds.iter().map(|s| s.refused).sum();
+    assert!(refused * 10 <= served + refused, "{seconds:#?}");
+    let highest_at_40 = seconds[5..10].iter().map(|s| s.adapted).fold(0.0, f64::max);
+    assert!(highest_at_40 > 20.0, "{seconds:#?}");
+    assert!(seconds[14].adapted < 20.0, "{seconds:#?}");
+}

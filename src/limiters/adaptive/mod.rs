@@ -243,12 +243,15 @@ impl Adaptive {
     fn catch_up(&self, steering: &mut Steering, now: Instant) {
         let rate = f64::from_bits(self.applied.load(Ordering::Relaxed));
         let grace = Duration::try_from_secs_f64(2.0 / rate).unwrap_or(Duration::MAX);
-        let last_denial = self.base + Duration::from_nanos(self.last_denial.load(Ordering::Relaxed));
+        let last_denial =
+            self.base + Duration::from_nanos(self.last_denial.load(Ordering::Relaxed));
         let unused_from = last_denial
             .checked_add(grace.saturating_add(REFRESH))
             .unwrap_or(now)
             .max(steering.refreshed);
-        steering.curve.hold(now.saturating_duration_since(unused_from));
+        steering
+            .curve
+            .hold(now.saturating_duration_since(unused_from));
         steering.refreshed = now;
     }
 

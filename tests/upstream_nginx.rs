@@ -1,7 +1,7 @@
-//! An adaptive client against a real rate-limiting proxy whose limit it
-//! does not know: nginx's `limit_req` on loopback (see `common::nginx`),
-//! driven by 50 callers through `FeedbackLayer::adaptive` and a
-//! `LimitLayer` around a hyper-util client. What counts is what nginx
+//! Clients against a real rate-limiting proxy: nginx's `limit_req` on
+//! loopback (see `common::nginx`), driven by 50 callers through a
+//! `LimitLayer` (and `FeedbackLayer::adaptive` where the client does not
+//! know the limit) around a hyper-util client. What counts is what nginx
 //! logged: the requests it served (200) and refused (429), second by
 //! second.
 //!
@@ -10,8 +10,8 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,7 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::BoxError;
 use tower_limits::http::FeedbackLayer;
-use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
+use tower_limits::{AdaptiveRateLimiter, GcraLimiter, LimitLayer, Limiter, Rate};
 
 const CALLERS: usize = 50;
 
@@ -42,12 +42,21 @@ const LEAKY: Limit = Limit {
 struct Driver {
     stop: Arc<AtomicBool>,
     answered: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
+    failed: Arc<Mutex<Vec<String>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Driver {
+    /// Callers paced by `limiter`; steering it too if it is adaptive.
     fn start(nginx: &Nginx, limiter: &AdaptiveRateLimiter) -> Self {
+        Self::through(
+            nginx,
+            FeedbackLayer::adaptive(limiter.clone()),
+            limiter.clone(),
+        )
+    }
+
+    fn through<L: Limiter + Clone>(nginx: &Nginx, feedback: FeedbackLayer, limiter: L) -> Self {
         let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
         let upstream = service_fn(move |request: Request<Empty<Bytes>>| {
             let http = http.clone();
@@ -58,12 +67,12 @@ impl Driver {
             }
         });
         let client = ServiceBuilder::new()
-            .layer(FeedbackLayer::adaptive(limiter.clone()))
-            .layer(LimitLayer::new(limiter.clone()))
+            .layer(feedback)
+            .layer(LimitLayer::new(limiter))
             .service(upstream);
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(Mutex::new(Vec::new()));
         let tasks = (0..CALLERS)
             .map(|_| {
                 let mut client = client.clone();
@@ -76,8 +85,10 @@ impl Driver {
                             Ok(ready) => ready.call(request).await.map(drop),
                             Err(error) => Err(error),
                         };
-                        let counter = if outcome.is_ok() { &answered } else { &failed };
-                        counter.fetch_add(1, Ordering::Relaxed);
+                        match outcome {
+                            Ok(()) => drop(answered.fetch_add(1, Ordering::Relaxed)),
+                            Err(error) => failed.lock().unwrap().push(error.to_string()),
+                        }
                     }
                 })
             })
@@ -91,7 +102,7 @@ impl Driver {
     }
 
     /// Stops the callers; the responses they got, and the errors.
-    async fn stop(self) -> (u64, u64) {
+    async fn stop(self) -> (u64, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         for task in self.tasks {
             tokio::time::timeout(Duration::from_secs(10), task)
@@ -99,10 +110,8 @@ impl Driver {
                 .expect("a caller is stuck")
                 .expect("a caller panicked");
         }
-        (
-            self.answered.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
+        let failed = std::mem::take(&mut *self.failed.lock().unwrap());
+        (self.answered.load(Ordering::Relaxed), failed)
     }
 }
 
@@ -163,7 +172,11 @@ async fn run_for(nginx: &Nginx, limiter: &AdaptiveRateLimiter, seconds: u32) -> 
         rates.push(limiter.current_rate());
     }
     let (answered, failed) = driver.stop().await;
-    assert_eq!(failed, 0, "requests that ended in an error");
+    assert_eq!(
+        failed,
+        Vec::<String>::new(),
+        "requests that ended in an error"
+    );
     assert!(answered > 0);
     rates
 }
@@ -213,7 +226,13 @@ async fn follows_a_limit_that_changes() {
     }
     let end = unix_now();
     let (_, failed) = driver.stop().await;
-    assert_eq!(failed, 0, "requests that ended in an error");
+    // A reload closes the old workers' idle connections: a request sent on
+    // one as it closes fails (counted, with its error), at most a few.
+    println!("errors: {failed:?}");
+    assert!(
+        failed.len() <= 4,
+        "requests that ended in an error: {failed:?}"
+    );
     let log = nginx.log();
     println!("nginx at 20/s, then 40/s, then 10/s:");
     print_seconds(&log, start, 36, &rates);
@@ -221,7 +240,10 @@ async fn follows_a_limit_that_changes() {
     for ((rate, from), to) in phases.iter().zip(ends) {
         let settled = Served::between(&log, from + 5.0, to);
         let share = settled.rate() / f64::from(*rate);
-        println!("limit {rate}/s, from 5 s in: {settled:?}, {:.0}%", share * 100.0);
+        println!(
+            "limit {rate}/s, from 5 s in: {settled:?}, {:.0}%",
+            share * 100.0
+        );
         assert!(share >= 0.85, "{:.1}/s of {rate}", settled.rate());
     }
 }
@@ -251,4 +273,40 @@ async fn slows_down_on_retry_after_zero() {
     println!("after 5 s: {settled:?}, {:.1}/s", settled.rate());
     assert!(settled.rate() >= 17.0, "{:.1}/s of 20", settled.rate());
     assert!(settled.refused_share() <= 0.05, "{settled:?}");
+}
+
+/// A client that knows the limit, paced by a GCRA with a burst of 2 (which
+/// absorbs late timer wake-ups) against nginx at the same rate with a
+/// burst of 1: at least 99% of the limit over 10 s, and nothing refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_limit_is_saturated_without_refusals() {
+    const RATE: u32 = 50;
+    let nginx = Nginx::start(Limit {
+        rate: RATE,
+        burst: 1,
+        nodelay: true,
+        retry_after: 1,
+    });
+    let gcra = GcraLimiter::new(RATE.into(), Duration::from_secs(1))
+        .unwrap()
+        .with_burst(2)
+        .unwrap();
+    let driver = Driver::through(&nginx, FeedbackLayer::new(gcra.clone()), gcra);
+    let start = unix_now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let end = unix_now();
+    let (_, failed) = driver.stop().await;
+    assert_eq!(
+        failed,
+        Vec::<String>::new(),
+        "requests that ended in an error"
+    );
+    let served = Served::between(&nginx.log(), start, end);
+    let share = served.rate() / f64::from(RATE);
+    println!(
+        "GCRA {RATE}/s, burst 2, against nginx {RATE}/s, burst 1: {served:?}, {:.1}%",
+        share * 100.0
+    );
+    assert_eq!(served.refused, 0, "over-admissions");
+    assert!(share >= 0.99, "{:.1}/s of {RATE}", served.rate());
 }
