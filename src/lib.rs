@@ -111,8 +111,8 @@ pub use limiter::{
 pub use limiters::{
     AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter,
     DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, GcraState,
-    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, RateLimiter,
-    RateLimiterBuilder, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter,
+    RateLimiterBuilder, SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
 pub use rate::{ParseRateError, Rate};

@@ -324,3 +324,84 @@ async fn every_limiter_given_is_paused_and_garbage_is_ignored() {
     let pause = pause_after(FeedbackLayer::new(fresh.clone()), &fresh, garbage).await;
     assert_eq!(pause, Duration::ZERO);
 }
+
+/// A response's status and headers, and the pause they ask for.
+type Signal = (
+    StatusCode,
+    &'static [(&'static str, &'static str)],
+    Duration,
+);
+
+/// Every way an upstream says "slow down" pauses the client, for the time
+/// it names: tower_governor's `X-RateLimit-After`, gRPC's pushback, a zero
+/// wait (a short pause all the same), and signals without a time (a 503, a
+/// gRPC `UNAVAILABLE`, a quota used up without its reset) back off.
+#[tokio::test(start_paused = true)]
+async fn every_throttling_signal_pauses_the_client() {
+    const OK: StatusCode = StatusCode::OK;
+    const TOO_MANY: StatusCode = StatusCode::TOO_MANY_REQUESTS;
+    let ms = Duration::from_millis;
+    let cases: [Signal; 7] = [
+        (TOO_MANY, &[("retry-after", "0")], ms(100)),
+        (
+            TOO_MANY,
+            &[("retry-after", "0"), ("x-ratelimit-after", "0")],
+            ms(100),
+        ),
+        (TOO_MANY, &[("x-ratelimit-after", "2")], ms(2_000)),
+        (
+            OK,
+            &[("grpc-status", "8"), ("grpc-retry-pushback-ms", "1500")],
+            ms(1_500),
+        ),
+        (OK, &[("grpc-status", "14")], ms(1_000)),
+        (StatusCode::SERVICE_UNAVAILABLE, &[], ms(1_000)),
+        (OK, &[("x-ratelimit-remaining", "0")], ms(1_000)),
+    ];
+    for (status, headers, expected) in cases {
+        let limiter = unlimited();
+        let pause = pause_after(
+            FeedbackLayer::new(limiter.clone()),
+            &limiter,
+            answering(status, headers),
+        )
+        .await;
+        assert_eq!(pause, expected, "{status} {headers:?}");
+    }
+    let limiter = unlimited();
+    let layer = FeedbackLayer::new(limiter.clone()).min_pause(ms(250));
+    let zero = answering(TOO_MANY, &[("retry-after", "0")]);
+    assert_eq!(pause_after(layer, &limiter, zero).await, ms(250));
+}
+
+/// A success that was already in flight when the upstream began refusing
+/// says nothing about now: the backoff keeps doubling (it used to start
+/// over at the first success in a burst of refusals).
+#[tokio::test(start_paused = true)]
+async fn a_success_sent_before_the_refusals_does_not_end_the_backoff() {
+    let limiter = unlimited();
+    let upstream = service_fn(|request: Request<()>| async move {
+        let slow = request.headers().contains_key("slow");
+        if slow {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let status = if slow {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        Ok::<_, Infallible>(Response::builder().status(status).body(()).unwrap())
+    });
+    let client = ServiceBuilder::new()
+        .layer(FeedbackLayer::new(limiter.clone()))
+        .service(upstream);
+    let slow = Request::builder().header("slow", "1").body(()).unwrap();
+    let in_flight = tokio::spawn(client.clone().oneshot(slow));
+    tokio::task::yield_now().await;
+    let refused = client.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS); // a 1 s pause
+    assert_eq!(in_flight.await.unwrap().unwrap().status(), StatusCode::OK);
+    client.clone().oneshot(Request::new(())).await.unwrap();
+    let pause = limiter.next_available_time().await.unwrap() - Instant::now();
+    assert_eq!(pause, Duration::from_secs(2), "the second refusal in a row");
+}

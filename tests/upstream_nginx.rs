@@ -47,16 +47,19 @@ struct Driver {
 }
 
 impl Driver {
-    /// Callers paced by `limiter`; steering it too if it is adaptive.
+    /// [`CALLERS`] callers paced and steered by `limiter`.
     fn start(nginx: &Nginx, limiter: &AdaptiveRateLimiter) -> Self {
-        Self::through(
-            nginx,
-            FeedbackLayer::adaptive(limiter.clone()),
-            limiter.clone(),
-        )
+        let feedback = FeedbackLayer::adaptive(limiter.clone());
+        Self::through(&nginx.url(), CALLERS, feedback, limiter.clone())
     }
 
-    fn through<L: Limiter + Clone>(nginx: &Nginx, feedback: FeedbackLayer, limiter: L) -> Self {
+    /// `callers` callers paced by `limiter`, reporting to `feedback`.
+    fn through<L: Limiter + Clone>(
+        url: &str,
+        callers: usize,
+        feedback: FeedbackLayer,
+        limiter: L,
+    ) -> Self {
         let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
         let upstream = service_fn(move |request: Request<Empty<Bytes>>| {
             let http = http.clone();
@@ -73,11 +76,11 @@ impl Driver {
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(Mutex::new(Vec::new()));
-        let tasks = (0..CALLERS)
+        let tasks = (0..callers)
             .map(|_| {
                 let mut client = client.clone();
                 let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
-                let url = nginx.url();
+                let url = url.to_owned();
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let request = Request::get(&url).body(Empty::new()).unwrap();
@@ -291,7 +294,12 @@ async fn a_known_limit_is_saturated_without_refusals() {
         .unwrap()
         .with_burst(2)
         .unwrap();
-    let driver = Driver::through(&nginx, FeedbackLayer::new(gcra.clone()), gcra);
+    let driver = Driver::through(
+        &nginx.url(),
+        CALLERS,
+        FeedbackLayer::new(gcra.clone()),
+        gcra,
+    );
     let start = unix_now();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let end = unix_now();
@@ -309,4 +317,84 @@ async fn a_known_limit_is_saturated_without_refusals() {
     );
     assert_eq!(served.refused, 0, "over-admissions");
     assert!(share >= 0.99, "{:.1}/s of {RATE}", served.rate());
+}
+
+/// Set (to `<nginx url> <redis key prefix>`) in a spawned worker's
+/// environment.
+const WORKER_VAR: &str = "TOWER_LIMITS_NGINX_WORKER";
+const PROCESSES: usize = 4;
+const SHARED_RUN: Duration = Duration::from_secs(30);
+
+/// One of the processes of `four_processes_share_one_adaptive_limit`: a
+/// quarter of the callers, pacing through a limit shared in Redis.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_process() {
+    let (Ok(job), Ok(redis)) = (std::env::var(WORKER_VAR), std::env::var("REDIS_URL")) else {
+        return; // only a worker when spawned by the test below
+    };
+    let (url, prefix) = job.split_once(' ').unwrap();
+    let store = tower_limits::store::RedisStore::builder(redis)
+        .prefix(prefix)
+        .connect()
+        .await
+        .unwrap();
+    let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap())
+        .queueing_delay(Duration::from_millis(20))
+        .burst(2)
+        .build_shared(store, "nginx")
+        .unwrap();
+    let feedback = FeedbackLayer::adaptive(limiter.clone());
+    let driver = Driver::through(url, CALLERS / PROCESSES, feedback, limiter.clone());
+    tokio::time::sleep(SHARED_RUN).await;
+    let (answered, failed) = driver.stop().await;
+    println!("answered {answered}, rate {:.1}/s", limiter.current_rate());
+    assert_eq!(
+        failed,
+        Vec::<String>::new(),
+        "requests that ended in an error"
+    );
+}
+
+/// Four processes, each with a quarter of the callers, share one adaptive
+/// limit through Redis against nginx at 20/s: together, after 5 s, at
+/// least 90% of the limit with at most 3% refused.
+#[cfg(feature = "redis")]
+#[test]
+fn four_processes_share_one_adaptive_limit() {
+    if std::env::var(WORKER_VAR).is_ok() || common::redis::url("the nginx fleet test").is_none() {
+        return;
+    }
+    let nginx = Nginx::start(LEAKY);
+    let job = format!("{} {}:", nginx.url(), common::conformance::unique("fleet"));
+    let start = unix_now();
+    let workers: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "worker_process",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(WORKER_VAR, &job)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for worker in workers {
+        let output = worker.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let said = stdout.lines().find(|line| line.contains("answered"));
+        println!("worker: {}", said.unwrap_or("(nothing)"));
+        assert!(output.status.success(), "a worker failed:\n{stdout}");
+    }
+    let log = nginx.log();
+    println!("4 processes sharing one adaptive limit, nginx at 20/s, burst 5:");
+    print_seconds(&log, start, SHARED_RUN.as_secs() as u32, &[]);
+    let settled = Served::between(&log, start + 5.0, start + SHARED_RUN.as_secs_f64());
+    println!("after 5 s: {settled:?}, {:.1}/s", settled.rate());
+    assert!(settled.rate() >= 18.0, "{:.1}/s of 20", settled.rate());
+    assert!(settled.refused_share() <= 0.03, "{settled:?}");
 }

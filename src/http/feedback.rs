@@ -18,7 +18,7 @@ use tower_service::Service;
 use super::advice::{Advice, stated_quota};
 use crate::error::LimiterError;
 use crate::limiter::{Limiter, LimiterFuture, far_future};
-use crate::limiters::AdaptiveRateLimiter;
+use crate::limiters::{AdaptiveRateLimiter, Pacer, Steer};
 
 /// The longest pause an upstream can impose by default.
 const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
@@ -93,7 +93,7 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct FeedbackLayer {
     limiters: Vec<Arc<dyn Limiter>>,
-    adaptive: Option<AdaptiveRateLimiter>,
+    adaptive: Option<Arc<dyn Steer>>,
     max_wait: Duration,
     backoff: Duration,
     min_pause: Duration,
@@ -133,7 +133,7 @@ impl Streak {
     /// A call sent at `sent_at` succeeded: the run ends, unless the call
     /// was already in flight when the last refusal came.
     fn end_after(&self, sent_at: Instant) {
-        if self.nanos(sent_at) >= self.last.load(Ordering::Relaxed) {
+        if self.nanos(sent_at) > self.last.load(Ordering::Relaxed) {
             self.length.store(0, Ordering::Relaxed);
         }
     }
@@ -195,9 +195,9 @@ impl FeedbackLayer {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn adaptive(limiter: AdaptiveRateLimiter) -> Self {
+    pub fn adaptive<P: Pacer + fmt::Debug>(limiter: AdaptiveRateLimiter<P>) -> Self {
         Self {
-            adaptive: Some(limiter.clone()),
+            adaptive: Some(Arc::new(limiter.clone())),
             ..Self::new(limiter)
         }
     }

@@ -21,7 +21,9 @@ mod sliding_window_counter;
 mod token_bucket;
 mod window;
 
-pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder};
+#[cfg(feature = "http")]
+pub(crate) use adaptive::Steer;
+pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;

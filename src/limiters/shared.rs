@@ -2,7 +2,7 @@
 //! process using the same store and name shares one limit.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::time::Instant;
 
@@ -46,7 +46,7 @@ pub struct SharedLimiter<S: QuotaStore = MemoryStore> {
 
 struct Shared<S: QuotaStore> {
     name: String,
-    quota: Quota,
+    quota: RwLock<Quota>,
     store: S,
     key: S::QuotaKey,
     /// Fired when a refund or `clear` in this process gives units back.
@@ -74,7 +74,7 @@ impl<S: QuotaStore> SharedLimiter<S> {
         Self {
             shared: Arc::new(Shared {
                 name,
-                quota,
+                quota: RwLock::new(quota),
                 store,
                 key,
                 released: ReleaseEvent::new(),
@@ -113,7 +113,42 @@ impl<S: QuotaStore> SharedLimiter<S> {
     /// # }
     /// ```
     pub fn quota(&self) -> Quota {
-        self.shared.quota
+        self.shared.quota()
+    }
+
+    /// Enforces `quota` from the next decision on, in this process. A new
+    /// rate or burst for a GCRA or token bucket quota keeps what was spent
+    /// (the store's TAT: calls already admitted still count); a quota of
+    /// another algorithm or window starts afresh. Every process sharing the
+    /// name should change together
+    /// ([`AdaptiveRateLimiter::build_shared`](crate::AdaptiveRateLimiterBuilder::build_shared)
+    /// does this as it learns the rate).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota};
+    /// use tower_limits::{Limiter, SharedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let slow = Quota::gcra(1, Duration::from_secs(1))?;
+    /// let limiter = SharedLimiter::new(MemoryStore::new(), "a", slow);
+    /// let fast = Quota::gcra(10, Duration::from_secs(1))?.with_burst(10)?;
+    /// limiter.set_quota(fast);
+    /// assert_eq!(limiter.quota(), fast);
+    /// for _ in 0..10 {
+    ///     limiter.record_start().await?;
+    /// }
+    /// assert!(!limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        *self
+            .shared
+            .quota
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = quota;
     }
 
     /// The store it decides in.
@@ -139,22 +174,28 @@ impl<S: QuotaStore> SharedLimiter<S> {
 }
 
 impl<S: QuotaStore> Shared<S> {
-    fn check(&self, cost: u32) -> Result<(), LimiterError> {
-        CostTooHigh::check(cost, self.quota.capacity() as usize)
+    fn quota(&self) -> Quota {
+        *self.quota.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The quota in force, if it admits `cost` at all.
+    fn check(&self, cost: u32) -> Result<Quota, LimiterError> {
+        let quota = self.quota();
+        CostTooHigh::check(cost, quota.capacity() as usize)?;
+        Ok(quota)
     }
 
     /// Adjusts a grant now if the store answers at once, else in a task.
     /// Gives the grant's new ticket when known.
     fn adjust(self: &Arc<Self>, ticket: u64, from: u32, to: u32) -> Option<u64> {
-        let adjusting = self.store.adjust(&self.key, &self.quota, ticket, from, to);
+        let quota = self.quota();
+        let adjusting = self.store.adjust(&self.key, &quota, ticket, from, to);
         match adjusting.into_ready() {
             Ok(result) => self.adjusted(result).flatten(),
             Err(_unpolled) => {
                 let shared = Arc::clone(self);
                 spawn_or_warn(&self.name, "adjust a grant", async move {
-                    let result = shared
-                        .store
-                        .adjust(&shared.key, &shared.quota, ticket, from, to);
+                    let result = shared.store.adjust(&shared.key, &quota, ticket, from, to);
                     shared.adjusted(result.await);
                 });
                 None
@@ -201,18 +242,15 @@ impl<S: QuotaStore> Clone for SharedLimiter<S> {
 impl<S: QuotaStore> Limiter for SharedLimiter<S> {
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        if let Err(error) = shared.check(cost) {
-            return LimiterFuture::ready(Err(error));
-        }
+        let quota = match shared.check(cost) {
+            Ok(quota) => quota,
+            Err(error) => return LimiterFuture::ready(Err(error)),
+        };
         // Listen before deciding, so a refund in between is not missed.
         let listener = shared.released.listen();
         LimiterFuture::new(async move {
             Ok(
-                match shared
-                    .store
-                    .decide(&shared.key, &shared.quota, cost)
-                    .await?
-                {
+                match shared.store.decide(&shared.key, &quota, cost).await? {
                     WindowDecision::Granted { ticket } => {
                         Admission::Granted(Permit::with_token(ticket).with_cost(cost))
                     }
@@ -227,26 +265,24 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
-            Ok(shared
-                .store
-                .look(&shared.key, &shared.quota, 1)
-                .await?
-                .is_none())
+            let quota = shared.quota();
+            Ok(shared.store.look(&shared.key, &quota, 1).await?.is_none())
         })
     }
 
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
-            shared.check(cost)?;
-            let blocked = shared.store.look(&shared.key, &shared.quota, cost).await?;
+            let quota = shared.check(cost)?;
+            let blocked = shared.store.look(&shared.key, &quota, cost).await?;
             Ok(blocked.map(Denial::until))
         })
     }
 
     /// Takes one unit even if the quota has none.
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.shared.store.take(&self.shared.key, &self.shared.quota)
+        let shared = &*self.shared;
+        LimiterFuture::new(async move { shared.store.take(&shared.key, &shared.quota()).await })
     }
 
     /// Nothing to do: only starts count.
@@ -258,21 +294,22 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
             let now = Instant::now();
-            let blocked = shared.store.look(&shared.key, &shared.quota, 1).await?;
+            let blocked = shared.store.look(&shared.key, &shared.quota(), 1).await?;
             Ok(blocked.map_or(now, |at| at.max(now)))
         })
     }
 
     fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.shared
-            .store
-            .pause(&self.shared.key, &self.shared.quota, at)
+        let shared = &*self.shared;
+        LimiterFuture::new(
+            async move { shared.store.pause(&shared.key, &shared.quota(), at).await },
+        )
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
-            shared.store.reset(&shared.key, &shared.quota).await?;
+            shared.store.reset(&shared.key, &shared.quota()).await?;
             shared.released.notify();
             Ok(())
         })
@@ -292,7 +329,7 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
-        let actual = actual.min(self.shared.quota.capacity());
+        let actual = actual.min(self.shared.quota().capacity());
         if from != actual {
             let ticket = self.shared.adjust(ticket, from, actual);
             permit.settled(actual, ticket);
@@ -308,7 +345,7 @@ impl<S: QuotaStore + fmt::Debug> fmt::Debug for SharedLimiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedLimiter")
             .field("name", &self.shared.name)
-            .field("quota", &self.shared.quota)
+            .field("quota", &self.shared.quota())
             .field("store", &self.shared.store)
             .finish()
     }

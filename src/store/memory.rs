@@ -46,6 +46,7 @@ struct Inner {
     windows: Mutex<HashMap<String, MemoryKey>>,
     quotas: Mutex<HashMap<String, super::memory_quota::MemoryQuotaKey>>,
     leases: Mutex<HashMap<String, super::memory_lease::MemoryLeaseKey>>,
+    curves: Mutex<HashMap<String, super::memory_curve::MemoryCurveKey>>,
 }
 
 /// A named window in a [`MemoryStore`], made by
@@ -164,6 +165,11 @@ impl MemoryStore {
     /// The lease table called `name`, made on first use.
     pub(super) fn lease_state(&self, name: &str) -> super::memory_lease::MemoryLeaseKey {
         named(&self.inner.leases, name)
+    }
+
+    /// The shared curve called `name`, made on first use.
+    pub(super) fn curve_state(&self, name: &str) -> super::memory_curve::MemoryCurveKey {
+        named(&self.inner.curves, name)
     }
 
     #[inline]

@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::time::Instant;
 
+use super::quota::QuotaKind;
 use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
 use crate::error::LimiterError;
 use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
+use crate::limiters::GcraLimiter;
 
 /// A named quota in a [`MemoryStore`], made by [`QuotaStore::quota_key`].
 /// Keys for the same name refer to the same state.
@@ -38,6 +40,10 @@ pub struct MemoryQuotaKey(Arc<Mutex<Option<QuotaState>>>);
 struct QuotaState {
     quota: Quota,
     limiter: Arc<dyn Limiter>,
+    /// The same limiter when the quota is GCRA (or a token bucket): a new
+    /// rate or burst retunes it, keeping what was spent, as the other
+    /// stores keep their TAT.
+    cells: Option<GcraLimiter>,
 }
 
 impl fmt::Debug for MemoryQuotaKey {
@@ -58,24 +64,36 @@ impl MemoryStore {
     }
 
     /// The limiter of `key` for `quota`: a new one (full capacity) the
-    /// first time, or when the quota changed.
+    /// first time, or when the quota changed to another algorithm or
+    /// window; the same one, retuned, when a GCRA quota changed its rate
+    /// or burst.
     fn limiter(
         &self,
         key: &MemoryQuotaKey,
         quota: &Quota,
     ) -> Result<Arc<dyn Limiter>, LimiterError> {
         let mut state = key.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(current) = &*state
-            && current.quota == *quota
-        {
-            return Ok(Arc::clone(&current.limiter));
+        if let Some(current) = &mut *state {
+            if current.quota == *quota {
+                return Ok(Arc::clone(&current.limiter));
+            }
+            if let (Some(cells), QuotaKind::Cells { interval, burst }) =
+                (&current.cells, quota.kind())
+            {
+                cells
+                    .set_limit(1, interval, burst)
+                    .map_err(LimiterError::new)?;
+                current.quota = *quota;
+                return Ok(Arc::clone(&current.limiter));
+            }
         }
-        let limiter = quota
+        let (limiter, cells) = quota
             .memory_limiter(self.clock().clone())
             .map_err(LimiterError::new)?;
         *state = Some(QuotaState {
             quota: *quota,
             limiter: Arc::clone(&limiter),
+            cells,
         });
         Ok(limiter)
     }

@@ -6,13 +6,14 @@
 //! shared server (Redis: one Lua script; a database: one statement or one
 //! transaction) and still hold the limit across processes.
 //!
-//! # Three store traits, one per kind of state
+//! # Four store traits, one per kind of state
 //!
 //! | Trait | State per key | Limiter on top |
 //! |---|---|---|
 //! | [`RateLimiterStore`] | a sliding log of starts, the seed's backoff and pause | [`RateLimiter<S>`](crate::RateLimiter) |
 //! | [`QuotaStore`] | a [`Quota`]'s few numbers (GCRA's TAT, a window's counters) and a pause | [`SharedLimiter<S>`](crate::SharedLimiter) |
 //! | [`LeaseStore`] | leased concurrency slots that expire unless renewed, and a pause | [`LeasedConcurrencyLimiter<S>`](crate::LeasedConcurrencyLimiter) |
+//! | [`CurveStore`] (with [`QuotaStore`]) | the rate an adaptive limiter learned, one record written by compare-and-set | [`AdaptiveRateLimiter<SharedPacer<S>>`](crate::AdaptiveRateLimiterBuilder::build_shared) |
 //!
 //! [`RateLimiterStore`] also has the seed's storage operations (record an
 //! execution, count executions, the oldest execution at an offset, the next
@@ -21,7 +22,7 @@
 //! sliding window counter with one [`decide`](QuotaStore::decide); refunds
 //! and settled costs go through one [`adjust`](QuotaStore::adjust).
 //!
-//! [`MemoryStore`] implements all three and needs no server; its quotas are
+//! [`MemoryStore`] implements all four and needs no server; its quotas are
 //! decided by the crate's in-memory limiters, so it is the reference the
 //! other stores are tested against (one conformance suite runs the same
 //! assertions on every store). [`RedisStore`] (cargo feature `redis`) keeps
@@ -86,9 +87,11 @@
 //! # }
 //! ```
 
+pub(crate) mod curve;
 mod error;
 mod lease;
 mod memory;
+mod memory_curve;
 mod memory_lease;
 mod memory_quota;
 #[cfg(feature = "postgres")]
@@ -106,11 +109,13 @@ use tokio::time::Instant;
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 
+pub use curve::{CurveRecord, CurveStore};
 pub(crate) use error::is_outage;
 pub use error::{StoreError, StoreErrorKind};
 pub use lease::{LeaseStore, MAX_LEASES};
 pub(crate) use lease::{lease_names, names_of_all};
 pub use memory::{MemoryKey, MemoryStore};
+pub use memory_curve::MemoryCurveKey;
 pub use memory_lease::MemoryLeaseKey;
 pub use memory_quota::MemoryQuotaKey;
 #[cfg(feature = "postgres")]

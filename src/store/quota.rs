@@ -198,8 +198,7 @@ impl Quota {
         }
     }
 
-    /// What the server-side stores dispatch on.
-    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
+    /// What the stores dispatch on.
     pub(crate) fn kind(&self) -> QuotaKind {
         self.kind
     }
@@ -207,20 +206,29 @@ impl Quota {
     /// The in-memory limiter that enforces this quota, reading `clock`.
     /// Every quota was validated by building the same limiter, so this
     /// fails only if that validation and this one disagree.
-    pub(crate) fn memory_limiter(&self, clock: Clock) -> Result<Arc<dyn Limiter>, ConfigError> {
+    pub(crate) fn memory_limiter(
+        &self,
+        clock: Clock,
+    ) -> Result<(Arc<dyn Limiter>, Option<GcraLimiter>), ConfigError> {
         Ok(match self.kind {
             QuotaKind::Cells { interval, burst } => {
-                let gcra = GcraLimiter::new(1, interval)?.with_burst(burst)?;
-                Arc::new(gcra.with_clock(clock))
+                let gcra = GcraLimiter::new(1, interval)?
+                    .with_burst(burst)?
+                    .with_clock(clock);
+                (Arc::new(gcra.clone()), Some(gcra))
             }
-            QuotaKind::FixedWindow { max, window } => Arc::new(
-                FixedWindowLimiter::new(max, window)?
-                    .with_clock(clock)
-                    .aligned_to_unix_time(),
+            QuotaKind::FixedWindow { max, window } => (
+                Arc::new(
+                    FixedWindowLimiter::new(max, window)?
+                        .with_clock(clock)
+                        .aligned_to_unix_time(),
+                ),
+                None,
             ),
-            QuotaKind::SlidingWindowCounter { max, window } => {
-                Arc::new(SlidingWindowCounterLimiter::new(max, window)?.with_clock(clock))
-            }
+            QuotaKind::SlidingWindowCounter { max, window } => (
+                Arc::new(SlidingWindowCounterLimiter::new(max, window)?.with_clock(clock)),
+                None,
+            ),
         })
     }
 }

@@ -16,9 +16,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tower_limits::error::CostTooHigh;
 use tower_limits::store::{
-    LeaseStore, MAX_LEASES, Quota, QuotaStore, RateLimiterStore, WindowDecision,
+    CurveRecord, CurveStore, LeaseStore, MAX_LEASES, Quota, QuotaStore, RateLimiterStore,
+    WindowDecision,
 };
-use tower_limits::{Admission, LeasedConcurrencyLimiter, Limiter, RateLimiter, SharedLimiter};
+use tower_limits::{
+    AdaptiveRateLimiter, Admission, LeasedConcurrencyLimiter, Limiter, Rate, RateLimiter,
+    SharedLimiter,
+};
 
 /// Runs every check of this suite against the store `$make` makes: one test
 /// per check, in a module named `$store`. `$make` is an async expression
@@ -47,6 +51,7 @@ macro_rules! conformance {
                 leases_limit_expire_and_renew,
                 leases_past_the_bound_are_refused,
                 leased_limiter_renews_and_releases,
+                curves_swap_by_version_and_are_shared,
             );
         }
     };
@@ -63,8 +68,11 @@ macro_rules! conformance {
 }
 
 /// What every store implements.
-pub(crate) trait Store: RateLimiterStore + QuotaStore + LeaseStore + Clone {}
-impl<S: RateLimiterStore + QuotaStore + LeaseStore + Clone> Store for S {}
+pub(crate) trait Store:
+    RateLimiterStore + QuotaStore + LeaseStore + CurveStore + Clone
+{
+}
+impl<S: RateLimiterStore + QuotaStore + LeaseStore + CurveStore + Clone> Store for S {}
 
 /// Timing tolerance.
 pub(crate) const SLACK: Duration = Duration::from_millis(60);
@@ -502,4 +510,51 @@ pub(crate) async fn leased_limiter_renews_and_releases<S: Store>(store: S) {
         limiter.try_acquire_many(2).await.unwrap(),
         Admission::Granted(_)
     ));
+}
+
+/// A shared adaptive rate: a record is written only over the version it
+/// was computed from, and read back as written; two limiters on the store
+/// follow one rate, and a refusal both saw lowers it once.
+pub(crate) async fn curves_swap_by_version_and_are_shared<S: Store>(store: S) {
+    let key = store.curve_key(&unique("curve"));
+    assert_eq!(store.load_curve(&key).await.unwrap(), None);
+    let words = [
+        20_000_000,
+        2_000_000,
+        1_800_000_000_000_000,
+        0,
+        0,
+        7_000_000,
+    ];
+    let first = CurveRecord::from_words(0, words);
+    assert!(store.swap_curve(&key, first).await.unwrap());
+    assert!(
+        !store.swap_curve(&key, first).await.unwrap(),
+        "version 0 is gone"
+    );
+    let stored = store.load_curve(&key).await.unwrap();
+    assert_eq!(stored, Some(CurveRecord::from_words(1, words)));
+    let second = CurveRecord::from_words(1, [1, 2, 3, 4, 5, 6]);
+    assert!(store.swap_curve(&key, second).await.unwrap());
+    let stored = store.load_curve(&key).await.unwrap();
+    assert_eq!(stored, Some(CurveRecord::from_words(2, [1, 2, 3, 4, 5, 6])));
+
+    let name = unique("adaptive");
+    let builder = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap());
+    let a = builder
+        .clone()
+        .build_shared(store.clone(), name.clone())
+        .unwrap();
+    let b = builder.build_shared(store, name).unwrap();
+    a.try_acquire().await.unwrap();
+    b.try_acquire().await.unwrap();
+    let sent = Instant::now();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    a.record_refusal(sent);
+    b.record_refusal(sent); // the same overload
+    tokio::time::sleep(Duration::from_millis(100)).await; // past a refresh
+    b.try_acquire().await.unwrap();
+    // Once (70, climbing back), not twice (49).
+    let rate = b.current_rate();
+    assert!((69.0..80.0).contains(&rate), "{rate}");
 }

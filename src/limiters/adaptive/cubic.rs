@@ -26,103 +26,113 @@ pub(super) struct Tuning {
 /// How long the lowest latency is remembered: the base latency is the
 /// lowest of this period and the one before.
 const LATENCY_MEMORY: Duration = Duration::from_secs(10);
+/// For this many times a queued call's latency after it, a shorter latency
+/// is the queue draining.
+const DRAINING: u32 = 4;
+
+/// What the upstream said about a call: the signals that move the rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Signal {
+    /// It refused (or throttled) a call sent at `sent_at`.
+    Refused { sent_at: Instant },
+    /// It queued a call sent at `sent_at`, answered after `latency`.
+    Queued { sent_at: Instant, latency: Duration },
+    /// It stated its quota: calls per second.
+    Stated { rate: f64 },
+    /// Nothing may start before `until` (it asked for a pause).
+    Paused { until: Instant },
+}
 
 /// The CUBIC curve: after a decrease at `origin` from the rate `w_max`, the
 /// rate is `C·(t − K)³ + w_max` at `t` seconds, where `K` is the time it
 /// takes to climb back to `w_max`. It climbs fast at first, flattens near
 /// the rate that was refused, and probes beyond it slowly, then faster.
-#[derive(Clone, Debug)]
-pub(super) struct Curve {
-    tuning: Tuning,
+///
+/// This is the part processes share through a store; the base latency a
+/// process compares its calls with stays its own ([`Curve`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct CurveState {
     /// The rate at the last decrease: the curve's plateau.
-    w_max: f64,
+    pub(super) w_max: f64,
     /// Seconds from the decrease to the plateau.
-    k: f64,
+    pub(super) k: f64,
     /// The curve's start, moved on by the time the rate went unused.
-    origin: Instant,
+    pub(super) origin: Instant,
     /// Refusals of calls sent before this (or at it) belong to an overload
     /// already reacted to: a burst of refusals is one decrease, not one
     /// each.
-    refused_until: Option<Instant>,
+    pub(super) refused_until: Option<Instant>,
     /// Likewise for queueing delays, which a refusal also covers; a
     /// refusal after a queueing delay still counts (the stronger signal).
-    queued_until: Option<Instant>,
+    pub(super) queued_until: Option<Instant>,
     /// The quota the upstream stated, which the rate never exceeds.
-    stated: Option<f64>,
-    latency: BaseLatency,
+    pub(super) stated: Option<f64>,
 }
 
-impl Curve {
+impl CurveState {
     /// A curve at `start` calls per second from `now`, growing from there.
-    pub(super) fn new(start: f64, tuning: Tuning, now: Instant) -> Self {
+    pub(super) fn new(start: f64, now: Instant) -> Self {
         Self {
-            tuning,
             w_max: start,
             k: 0.0,
             origin: now,
             refused_until: None,
             queued_until: None,
             stated: None,
-            latency: BaseLatency::new(now),
         }
     }
 
     /// The rate at `now`, in calls per second, within the floor and the
     /// ceiling (and the stated quota).
-    pub(super) fn rate(&self, now: Instant) -> f64 {
+    pub(super) fn rate(&self, tuning: &Tuning, now: Instant) -> f64 {
         let t = now.saturating_duration_since(self.origin).as_secs_f64() - self.k;
-        let curve = self.tuning.growth * t * t * t + self.w_max;
-        let ceiling = self.stated.map_or(self.tuning.ceiling, |stated| {
-            stated.min(self.tuning.ceiling)
-        });
-        curve.min(ceiling).max(self.tuning.floor)
+        let curve = tuning.growth * t * t * t + self.w_max;
+        let ceiling = self
+            .stated
+            .map_or(tuning.ceiling, |stated| stated.min(tuning.ceiling));
+        curve.min(ceiling).max(tuning.floor)
     }
 
-    /// The rate went unused for `idle`: the curve waits, so that a client
-    /// that sends little is not allowed a rate it never tried.
-    pub(super) fn hold(&mut self, idle: Duration) {
-        self.origin += idle;
-    }
-
-    /// The upstream refused a call sent at `sent_at`: a multiplicative
-    /// decrease, once per overload. True if the rate changed.
-    pub(super) fn refused(&mut self, sent_at: Instant, now: Instant) -> bool {
-        if covers(self.refused_until, sent_at) {
-            return false;
+    /// Moves the curve for `signal`; true if the rate changed. A refusal is
+    /// a multiplicative decrease, once per overload; a queueing delay a
+    /// gentle one, with calls sent while the delayed call waited in the
+    /// same overload; a pause holds the climb until it ends; a stated quota
+    /// is adopted at once.
+    pub(super) fn apply(&mut self, signal: Signal, tuning: &Tuning, now: Instant) -> bool {
+        match signal {
+            Signal::Refused { sent_at } => {
+                if covers(self.refused_until, sent_at) {
+                    return false;
+                }
+                self.decrease(tuning, now, tuning.decrease);
+                self.refused_until = Some(now);
+                self.queued_until = self.queued_until.max(Some(now));
+            }
+            Signal::Queued { sent_at, latency } => {
+                if covers(self.queued_until, sent_at) {
+                    return false;
+                }
+                self.decrease(tuning, now, tuning.gentle_decrease);
+                self.queued_until = Some(now + latency);
+            }
+            Signal::Paused { until } => {
+                // The climb since the last decrease starts when the pause
+                // ends: a rate nobody may use does not grow.
+                if until <= self.origin {
+                    return false;
+                }
+                self.origin = until;
+            }
+            Signal::Stated { rate } => {
+                if self.stated == Some(rate) {
+                    return false;
+                }
+                self.stated = Some(rate);
+                self.w_max = rate;
+                self.k = 0.0;
+                self.origin = now;
+            }
         }
-        self.decrease(now, self.tuning.decrease);
-        self.refused_until = Some(now);
-        self.queued_until = self.queued_until.max(Some(now));
-        true
-    }
-
-    /// A call sent at `sent_at` succeeded after `latency`: a gentle decrease
-    /// if the upstream was queueing it. Calls sent while the queue drains
-    /// (for as long as this one waited) are the same overload. True if the
-    /// rate changed.
-    pub(super) fn succeeded(&mut self, sent_at: Instant, latency: Duration, now: Instant) -> bool {
-        let Some(delay) = self.tuning.queueing_delay else {
-            return false;
-        };
-        let base = self.latency.observe(latency, now);
-        if latency <= base.saturating_add(delay) || covers(self.queued_until, sent_at) {
-            return false;
-        }
-        self.decrease(now, self.tuning.gentle_decrease);
-        self.queued_until = Some(now + latency);
-        true
-    }
-
-    /// The upstream stated its quota: `rate` calls per second, from now.
-    /// True if the rate changed.
-    pub(super) fn adopt(&mut self, rate: f64, now: Instant) -> bool {
-        if self.stated == Some(rate) {
-            return false;
-        }
-        self.stated = Some(rate);
-        self.w_max = rate;
-        self.k = 0.0;
-        self.origin = now;
         true
     }
 
@@ -130,14 +140,14 @@ impl Curve {
     /// there to the rate it had, or, when that was still below the last
     /// plateau (the limit went down), to a lower plateau between the two
     /// (CUBIC's fast convergence, RFC 9438 §4.7).
-    fn decrease(&mut self, now: Instant, factor: f64) {
-        let rate = self.rate(now);
+    fn decrease(&mut self, tuning: &Tuning, now: Instant, factor: f64) {
+        let rate = self.rate(tuning, now);
         let plateau = if rate < self.w_max {
             rate * (1.0 + factor) / 2.0
         } else {
             rate
         };
-        self.k = ((plateau - rate * factor) / self.tuning.growth).cbrt();
+        self.k = ((plateau - rate * factor) / tuning.growth).cbrt();
         self.w_max = plateau;
         self.origin = now;
     }
@@ -147,6 +157,68 @@ impl Curve {
 /// until `until`.
 fn covers(until: Option<Instant>, sent_at: Instant) -> bool {
     until.is_some_and(|until| sent_at <= until)
+}
+
+/// A process's curve: the shareable [`CurveState`], its tuning, and the
+/// base latency of its own calls.
+#[derive(Clone, Debug)]
+pub(super) struct Curve {
+    pub(super) tuning: Tuning,
+    pub(super) state: CurveState,
+    latency: BaseLatency,
+    /// When a call was last found queued, and its latency.
+    last_queued: Option<(Instant, Duration)>,
+}
+
+impl Curve {
+    /// A curve at `start` calls per second from `now`, growing from there.
+    pub(super) fn new(start: f64, tuning: Tuning, now: Instant) -> Self {
+        Self {
+            tuning,
+            state: CurveState::new(start, now),
+            latency: BaseLatency::new(now),
+            last_queued: None,
+        }
+    }
+
+    /// The rate at `now`, in calls per second.
+    pub(super) fn rate(&self, now: Instant) -> f64 {
+        self.state.rate(&self.tuning, now)
+    }
+
+    /// The rate went unused for `idle`: the curve waits, so that a client
+    /// that sends little is not allowed a rate it never tried.
+    pub(super) fn hold(&mut self, idle: Duration) {
+        self.state.origin += idle;
+    }
+
+    /// Moves the curve for `signal`; true if the rate changed.
+    pub(super) fn apply(&mut self, signal: Signal, now: Instant) -> bool {
+        self.state.apply(signal, &self.tuning, now)
+    }
+
+    /// The signal of a call sent at `sent_at` that succeeded after
+    /// `latency`: queued, if that is the queueing delay above the lowest
+    /// recent latency or more, and, shortly after the last call found
+    /// queued, longer than its latency (a queue that is draining after a
+    /// cut is not a new overload; one that grows again is).
+    pub(super) fn success(
+        &mut self,
+        sent_at: Instant,
+        latency: Duration,
+        now: Instant,
+    ) -> Option<Signal> {
+        let delay = self.tuning.queueing_delay?;
+        let base = self.latency.observe(latency, now);
+        let draining = self
+            .last_queued
+            .is_some_and(|(at, last)| latency <= last && now < at + last * DRAINING);
+        if latency <= base.saturating_add(delay) || draining {
+            return None;
+        }
+        self.last_queued = Some((now, latency));
+        Some(Signal::Queued { sent_at, latency })
+    }
 }
 
 /// The lowest latency of the current period and the one before.
@@ -188,7 +260,7 @@ mod tests {
             floor: 1.0,
             ceiling: 1_000.0,
             decrease: 0.7,
-            gentle_decrease: 0.95,
+            gentle_decrease: 0.97,
             growth: 0.4,
             queueing_delay: Some(Duration::from_millis(20)),
         }
@@ -198,11 +270,15 @@ mod tests {
         Duration::from_secs_f64(secs)
     }
 
+    fn refused(sent_at: Instant) -> Signal {
+        Signal::Refused { sent_at }
+    }
+
     #[test]
     fn a_refusal_cuts_the_rate_then_it_climbs_back_to_the_plateau() {
         let start = Instant::now();
         let mut curve = Curve::new(100.0, tuning(), start);
-        assert!(curve.refused(start, start));
+        assert!(curve.apply(refused(start), start));
         assert!((curve.rate(start) - 70.0).abs() < 1e-9);
         // K = cbrt(100 × 0.3 / 0.4) ≈ 4.22 s back to 100, flat around it.
         let k = (100.0_f64 * 0.3 / 0.4).cbrt();
@@ -216,11 +292,11 @@ mod tests {
         let start = Instant::now();
         let mut curve = Curve::new(100.0, tuning(), start);
         let later = start + secs(0.1);
-        assert!(curve.refused(start, later));
+        assert!(curve.apply(refused(start), later));
         // Sent before the decrease (or as it happened): the same overload.
-        assert!(!curve.refused(start + secs(0.05), later + secs(0.01)));
-        assert!(!curve.refused(later, later + secs(0.01)));
-        assert!(curve.refused(later + secs(0.02), later + secs(0.03)));
+        assert!(!curve.apply(refused(start + secs(0.05)), later + secs(0.01)));
+        assert!(!curve.apply(refused(later), later + secs(0.01)));
+        assert!(curve.apply(refused(later + secs(0.02)), later + secs(0.03)));
         assert!(curve.rate(later + secs(0.03)) < 50.0);
     }
 
@@ -231,15 +307,35 @@ mod tests {
         let ms = Duration::from_millis;
         for n in 0..20 {
             let at = start + ms(n);
-            curve.refused(at, at);
+            curve.apply(refused(at), at);
         }
         assert_eq!(curve.rate(start + ms(20)), 1.0);
         assert_eq!(curve.rate(start + secs(1e6)), 1_000.0);
-        assert!(curve.adopt(50.0, start));
+        let stated = Signal::Stated { rate: 50.0 };
+        assert!(curve.apply(stated, start));
         assert_eq!(curve.rate(start + secs(1e6)), 50.0);
         assert!(
-            !curve.adopt(50.0, start),
+            !curve.apply(stated, start),
             "the same quota again changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_pause_holds_the_climb_until_it_ends() {
+        let start = Instant::now();
+        let mut curve = Curve::new(100.0, tuning(), start);
+        curve.apply(refused(start), start);
+        assert!(curve.apply(
+            Signal::Paused {
+                until: start + secs(1.0)
+            },
+            start
+        ));
+        assert!((curve.rate(start + secs(1.0)) - 70.0).abs() < 1e-9);
+        assert!(curve.rate(start + secs(2.0)) > 80.0);
+        assert!(
+            !curve.apply(Signal::Paused { until: start }, start),
+            "an earlier pause"
         );
     }
 
@@ -256,14 +352,20 @@ mod tests {
         let start = Instant::now();
         let mut curve = Curve::new(20.0, tuning(), start);
         let ms = Duration::from_millis;
-        assert!(!curve.succeeded(start, ms(5), start));
-        assert!(!curve.succeeded(start, ms(24), start), "within the delay");
-        assert!(curve.succeeded(start, ms(60), start + ms(1)));
-        assert!((curve.rate(start + ms(1)) - 19.0).abs() < 1e-9);
-        // Calls sent while the queue drains are the same overload.
-        assert!(!curve.succeeded(start + ms(30), ms(60), start + ms(90)));
-        assert!(curve.succeeded(start + ms(62), ms(60), start + ms(122)));
+        let success = |curve: &mut Curve, sent: Duration, latency: Duration| {
+            let signal = curve.success(start + sent, latency, start + sent + latency);
+            signal.is_some_and(|signal| curve.apply(signal, start + sent + latency))
+        };
+        assert!(!success(&mut curve, ms(0), ms(5)));
+        assert!(!success(&mut curve, ms(0), ms(24)), "within the delay");
+        assert!(success(&mut curve, ms(0), ms(60)));
+        assert!((curve.rate(start + ms(60)) - 19.4).abs() < 1e-3);
+        // Calls sent while the delayed call waited are the same overload,
+        // and so are later ones while the queue drains.
+        assert!(!success(&mut curve, ms(30), ms(70)));
+        assert!(!success(&mut curve, ms(121), ms(50)));
+        assert!(success(&mut curve, ms(121), ms(80)), "the queue grew again");
         // A refusal of a call sent during the queueing is a new signal.
-        assert!(curve.refused(start + ms(70), start + ms(123)));
+        assert!(curve.apply(refused(start + ms(150)), start + ms(182)));
     }
 }

@@ -2,6 +2,7 @@
 //! for limits the client does not know or that change.
 
 mod cubic;
+mod pacer;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,14 +11,22 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::cubic::{Curve, Tuning};
+pub use self::pacer::{Pacer, SharedPacer};
+
+use self::cubic::{Curve, Signal, Tuning};
+use self::pacer::WallClock;
 use super::GcraLimiter;
+use super::shared::spawn_or_warn;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 use crate::rate::Rate;
+use crate::store::CurveStore;
 
-/// How often the pacing rate follows the curve between signals.
+/// How often the pacing rate follows the curve between signals (and a
+/// shared limiter reads the shared curve).
 const REFRESH: Duration = Duration::from_millis(50);
+/// Attempts to write a signal into a shared curve that others are writing.
+const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
 /// A rate change smaller than this fraction is not applied.
@@ -57,7 +66,7 @@ const NEGLIGIBLE: f64 = 0.001;
 /// * with [`queueing_delay`](AdaptiveRateLimiterBuilder::queueing_delay),
 ///   a success whose latency exceeds the lowest recent latency by that much
 ///   means the upstream queued it (a leaky bucket that delays before it
-///   refuses, an overloaded server): the rate is cut gently (× 0.95) before
+///   refuses, an overloaded server): the rate is cut gently (× 0.97) before
 ///   any refusal.
 ///
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
@@ -83,29 +92,42 @@ const NEGLIGIBLE: f64 = 0.001;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct AdaptiveRateLimiter {
-    shared: Arc<Adaptive>,
+pub struct AdaptiveRateLimiter<P: Pacer = GcraLimiter> {
+    shared: Arc<Adaptive<P>>,
 }
 
-struct Adaptive {
-    pacer: GcraLimiter,
+impl<P: Pacer> Clone for AdaptiveRateLimiter<P> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+struct Adaptive<P> {
+    pacer: P,
     burst: u32,
     steering: Mutex<Steering>,
+    /// Whether the curve is shared through the pacer's store.
+    sharing: bool,
+    wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
-    /// When a caller was last denied, in nanoseconds from `base`: until a
-    /// little after it, the rate is in use, so it may grow.
+    /// When a caller was last denied, in nanoseconds from `base` (at least
+    /// 1; 0 while nobody ever was): until a little after it, the rate is in
+    /// use, so it may grow.
     last_denial: AtomicU64,
     /// The pace in force, as `f64` bits.
     applied: AtomicU64,
     base: Instant,
 }
 
-/// The curve, and when the pace last followed it.
+/// The curve, when the pace last followed it, and the version of the
+/// shared curve it mirrors (0 if none).
 struct Steering {
     curve: Curve,
     refreshed: Instant,
+    version: u64,
 }
 
 impl AdaptiveRateLimiter {
@@ -135,7 +157,9 @@ impl AdaptiveRateLimiter {
             queueing_delay: None,
         }
     }
+}
 
+impl<P: Pacer> AdaptiveRateLimiter<P> {
     /// The rate calls are paced at now, in calls per second.
     ///
     /// ```
@@ -169,7 +193,7 @@ impl AdaptiveRateLimiter {
     /// # }
     /// ```
     pub fn record_refusal(&self, sent_at: Instant) {
-        self.shared.steer(|curve, now| curve.refused(sent_at, now));
+        self.shared.steer(|_, _| Some(Signal::Refused { sent_at }));
     }
 
     /// A call sent at `sent_at` succeeded now. With a
@@ -193,14 +217,14 @@ impl AdaptiveRateLimiter {
     /// let sent = Instant::now();
     /// advance(Duration::from_millis(80)).await;
     /// limiter.record_success(sent); // 80 ms: queued upstream
-    /// assert_eq!(limiter.current_rate(), 19.0);
+    /// assert_eq!(limiter.current_rate(), 19.4);
     /// # Ok(())
     /// # }
     /// ```
     pub fn record_success(&self, sent_at: Instant) {
         self.shared.steer(|curve, now| {
             let latency = now.saturating_duration_since(sent_at);
-            curve.succeeded(sent_at, latency, now)
+            curve.success(sent_at, latency, now)
         });
     }
 
@@ -221,19 +245,130 @@ impl AdaptiveRateLimiter {
     /// ```
     pub fn adopt_quota(&self, quota: Rate) {
         let rate = quota.as_per_second_f64();
-        self.shared.steer(|curve, now| curve.adopt(rate, now));
+        self.shared.steer(|_, _| Some(Signal::Stated { rate }));
     }
 }
 
-impl Adaptive {
-    /// Runs `change` on the curve; if it changed the rate, paces at the new
-    /// one at once.
-    fn steer(&self, change: impl FnOnce(&mut Curve, Instant) -> bool) {
+/// What [`FeedbackLayer`](crate::http::FeedbackLayer) reports to, whatever
+/// the pacer.
+#[cfg(feature = "http")]
+pub(crate) trait Steer: Send + Sync + fmt::Debug {
+    fn record_refusal(&self, sent_at: Instant);
+    fn record_success(&self, sent_at: Instant);
+    fn adopt_quota(&self, quota: Rate);
+}
+
+#[cfg(feature = "http")]
+impl<P: Pacer + fmt::Debug> Steer for AdaptiveRateLimiter<P> {
+    fn record_refusal(&self, sent_at: Instant) {
+        AdaptiveRateLimiter::record_refusal(self, sent_at);
+    }
+    fn record_success(&self, sent_at: Instant) {
+        AdaptiveRateLimiter::record_success(self, sent_at);
+    }
+    fn adopt_quota(&self, quota: Rate) {
+        AdaptiveRateLimiter::adopt_quota(self, quota);
+    }
+}
+
+impl<P: Pacer> Adaptive<P> {
+    /// Moves the curve for the signal `classify` finds, if any; paces at
+    /// the new rate at once, and writes the signal into the shared curve.
+    fn steer(self: &Arc<Self>, classify: impl FnOnce(&mut Curve, Instant) -> Option<Signal>) {
         let now = Instant::now();
         let mut steering = self.steering();
         self.catch_up(&mut steering, now);
-        if change(&mut steering.curve, now) {
+        let Some(signal) = classify(&mut steering.curve, now) else {
+            return;
+        };
+        if steering.curve.apply(signal, now) {
             self.apply(steering.curve.rate(now));
+            if self.sharing {
+                let this = Arc::clone(self);
+                spawn_or_warn("adaptive", "share a rate change", async move {
+                    this.share(signal).await;
+                });
+            }
+        }
+    }
+
+    /// Writes `signal` into the shared curve: read, move, compare-and-set,
+    /// again if another process wrote first. The signal may find the shared
+    /// curve already moved for the same overload: then nothing is written.
+    async fn share(&self, signal: Signal) {
+        for _ in 0..SWAP_ATTEMPTS {
+            let Some(record) = self.load().await else {
+                return;
+            };
+            let now = Instant::now();
+            let (mut state, version) =
+                match record.and_then(|r| Some((self.wall.state(&r)?, r.version()))) {
+                    Some(shared) => shared,
+                    None => (self.steering().curve.state, 0),
+                };
+            let tuning = self.steering().curve.tuning;
+            if !state.apply(signal, &tuning, now) && version > 0 {
+                self.mirror(state, version);
+                return;
+            }
+            let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, version)) else {
+                return;
+            };
+            match swap.await {
+                Ok(true) => {
+                    self.mirror(state, version + 1);
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "could not share an adaptive rate change");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The shared curve as the store has it (`Some(None)` if it has none);
+    /// `None` if the store could not be read.
+    async fn load(&self) -> Option<Option<crate::store::CurveRecord>> {
+        match self.pacer.load_curve()?.await {
+            Ok(record) => Some(record),
+            Err(error) => {
+                tracing::warn!(%error, "could not read a shared adaptive rate");
+                None
+            }
+        }
+    }
+
+    /// Follows the shared curve: takes its `state` if it is newer than the
+    /// one this process mirrors, and paces at its rate.
+    fn mirror(&self, state: cubic::CurveState, version: u64) {
+        let now = Instant::now();
+        let mut steering = self.steering();
+        if version > steering.version {
+            steering.curve.state = state;
+            steering.version = version;
+            self.apply(steering.curve.rate(now));
+        }
+    }
+
+    /// Reads the shared curve and follows it; publishes this process's
+    /// curve if the store has none.
+    async fn sync(&self) {
+        match self.load().await {
+            Some(Some(record)) => match self.wall.state(&record) {
+                Some(state) => self.mirror(state, record.version()),
+                None => tracing::warn!(?record, "ignoring a shared adaptive rate that is not one"),
+            },
+            Some(None) => {
+                let state = self.steering().curve.state;
+                if let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, 0))
+                    && let Ok(true) = swap.await
+                {
+                    self.mirror(state, 1);
+                }
+            }
+            None => {}
         }
     }
 
@@ -241,14 +376,20 @@ impl Adaptive {
     /// unused: from a little after the last denial (two calls' spacing
     /// and a refresh, so that a saturated pace counts as in use).
     fn catch_up(&self, steering: &mut Steering, now: Instant) {
+        if self.sharing {
+            // Processes pacing together follow one curve: none holds it alone.
+            steering.refreshed = now;
+            return;
+        }
         let rate = f64::from_bits(self.applied.load(Ordering::Relaxed));
         let grace = Duration::try_from_secs_f64(2.0 / rate).unwrap_or(Duration::MAX);
-        let last_denial =
-            self.base + Duration::from_nanos(self.last_denial.load(Ordering::Relaxed));
-        let unused_from = last_denial
-            .checked_add(grace.saturating_add(REFRESH))
-            .unwrap_or(now)
-            .max(steering.refreshed);
+        let unused_from = match self.last_denial.load(Ordering::Relaxed) {
+            0 => steering.refreshed,
+            last => (self.base + Duration::from_nanos(last))
+                .checked_add(grace.saturating_add(REFRESH))
+                .unwrap_or(now)
+                .max(steering.refreshed),
+        };
         steering
             .curve
             .hold(now.saturating_duration_since(unused_from));
@@ -260,31 +401,47 @@ impl Adaptive {
         self.steering.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Brings the pace up to the curve, at most once per [`REFRESH`].
+    /// Whether it is time to bring the pace up to the curve (at most once
+    /// per [`REFRESH`]); true for one caller only.
     #[inline]
-    fn refresh(&self) {
-        let now = Instant::now();
-        let at = nanos(now.saturating_duration_since(self.base));
+    fn claim_refresh(&self) -> bool {
+        let at = nanos(Instant::now().saturating_duration_since(self.base));
         let due = self.refresh_at.load(Ordering::Relaxed);
-        if at < due {
-            return;
-        }
-        let next = at.saturating_add(nanos(REFRESH));
-        if self
-            .refresh_at
-            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return; // another caller is refreshing
-        }
+        at >= due
+            && self
+                .refresh_at
+                .compare_exchange(
+                    due,
+                    at.saturating_add(nanos(REFRESH)),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Paces at the curve's rate now.
+    fn follow_curve(&self) {
+        let now = Instant::now();
         let mut steering = self.steering();
         self.catch_up(&mut steering, now);
         self.apply(steering.curve.rate(now));
     }
 
-    fn note_denial(&self) {
-        let at = nanos(Instant::now().saturating_duration_since(self.base));
-        self.last_denial.fetch_max(at, Ordering::Relaxed);
+    /// Brings the pace up to the curve if it is time (a shared curve is
+    /// read by decisions only).
+    fn refresh(&self) {
+        if !self.sharing && self.claim_refresh() {
+            self.follow_curve();
+        }
+    }
+
+    /// Passes `answer` on, noting a denial: the rate is in use.
+    fn noted(&self, answer: Result<Admission, LimiterError>) -> Result<Admission, LimiterError> {
+        if let Ok(Admission::Denied(_)) = answer {
+            let at = nanos(Instant::now().saturating_duration_since(self.base)).max(1);
+            self.last_denial.fetch_max(at, Ordering::Relaxed);
+        }
+        answer
     }
 
     /// Paces at `rate` calls per second, unless that is a negligible change.
@@ -295,7 +452,7 @@ impl Adaptive {
         }
         // The builder checked every rate from the floor to the ceiling.
         if let Ok(period) = Duration::try_from_secs_f64(1.0 / rate)
-            && self.pacer.set_limit(1, period, self.burst).is_ok()
+            && self.pacer.set_pace(period, self.burst).is_ok()
         {
             self.applied.store(rate.to_bits(), Ordering::Relaxed);
         }
@@ -306,19 +463,27 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl Limiter for AdaptiveRateLimiter {
+impl<P: Pacer> Limiter for AdaptiveRateLimiter<P> {
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
-        self.shared.refresh();
-        match self.shared.pacer.try_acquire_many(cost).into_ready() {
-            Ok(answer) => {
-                if let Ok(Admission::Denied(_)) = answer {
-                    self.shared.note_denial();
+        let shared = &*self.shared;
+        if shared.sharing {
+            // Nothing happens until polled: a future dropped unpolled (as
+            // layers do with answers that are not ready) claims nothing.
+            return LimiterFuture::new(async move {
+                if shared.claim_refresh() {
+                    shared.sync().await;
+                    shared.follow_curve();
                 }
-                LimiterFuture::ready(answer)
-            }
-            Err(pending) => pending,
+                shared.noted(shared.pacer.try_acquire_many(cost).await)
+            });
+        }
+        shared.refresh();
+        match shared.pacer.try_acquire_many(cost).into_ready() {
+            Ok(answer) => LimiterFuture::ready(shared.noted(answer)),
+            Err(pending) => LimiterFuture::new(async move { shared.noted(pending.await) }),
         }
     }
+
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
         self.shared.refresh();
         self.shared.pacer.can_proceed()
@@ -336,7 +501,9 @@ impl Limiter for AdaptiveRateLimiter {
     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
         self.shared.pacer.next_available_time()
     }
+    /// Pauses the pacer, and holds the rate's climb until `at`.
     fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.shared.steer(|_, _| Some(Signal::Paused { until: at }));
         self.shared.pacer.set_next_available_time(at)
     }
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
@@ -350,7 +517,7 @@ impl Limiter for AdaptiveRateLimiter {
     }
 }
 
-impl fmt::Debug for AdaptiveRateLimiter {
+impl<P: Pacer> fmt::Debug for AdaptiveRateLimiter<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveRateLimiter")
             .field("current_rate", &self.current_rate())
@@ -455,7 +622,7 @@ impl AdaptiveRateLimiterBuilder {
         self
     }
 
-    /// Slows down a little (× 0.95) when a call's latency exceeds the lowest
+    /// Slows down a little (× 0.97) when a call's latency exceeds the lowest
     /// recent latency by `delay`: the upstream is queueing calls, as a
     /// leaky bucket that delays before it refuses does. Off by default:
     /// pick a `delay` well above the upstream's normal jitter (it suits
@@ -502,12 +669,68 @@ impl AdaptiveRateLimiterBuilder {
     /// ```
     pub fn build(self) -> Result<AdaptiveRateLimiter, ConfigError> {
         let tuning = self.tuning()?;
+        self.check_pacer(tuning)?;
+        let pacer = GcraLimiter::new(1, Duration::from_secs(1))?;
+        self.with_pacer(pacer, tuning, false)
+    }
+
+    /// Builds a limiter shared by every process that builds one with the
+    /// same `store` and `name`: they pace their calls through one GCRA
+    /// quota in the store, and follow one learned rate, kept there as a
+    /// small record ([`CurveStore`]). A refusal any of them sees lowers the
+    /// rate for all, once per overload; a pause one of them is asked for
+    /// ([`Retry-After`]) holds them all; the rate climbs back for all.
+    /// Each process reads the shared rate every 50 ms (one store call),
+    /// and writes it only when it changes it.
+    ///
+    /// Unlike a limiter in one process, a shared rate climbs whether or
+    /// not the fleet uses it (a process cannot tell that the others are
+    /// idle): after a quiet spell, the first calls may go at up to the
+    /// ceiling until the upstream refuses, so set a ceiling near the rate
+    /// you expect. The processes' wall clocks should agree to a few
+    /// milliseconds (they compare when calls were sent).
+    ///
+    /// [`Retry-After`]: crate::Limiter::set_next_available_time
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build).
+    ///
+    /// ```
+    /// use tower_limits::store::MemoryStore;
+    /// use tower_limits::{AdaptiveRateLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new(); // RedisStore across processes
+    /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(20)?).build_shared(store, "search-api")?;
+    /// assert_eq!(limiter.current_rate(), 20.0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn build_shared<S: CurveStore>(
+        self,
+        store: S,
+        name: impl Into<String>,
+    ) -> Result<AdaptiveRateLimiter<SharedPacer<S>>, ConfigError> {
+        let tuning = self.tuning()?;
+        self.check_pacer(tuning)?;
+        let pacer = SharedPacer::new(store, name.into())?;
+        self.with_pacer(pacer, tuning, true)
+    }
+
+    /// The limiter pacing with `pacer`, sharing its curve through it if
+    /// `sharing` (the first decision then reads the shared curve).
+    fn with_pacer<P: Pacer>(
+        &self,
+        pacer: P,
+        tuning: Tuning,
+        sharing: bool,
+    ) -> Result<AdaptiveRateLimiter<P>, ConfigError> {
         let start = self.start.as_per_second_f64();
         if !(tuning.floor..=tuning.ceiling).contains(&start) {
             let rule = "must be between the floor and the ceiling";
             return Err(ConfigError::new("start", self.start, rule));
         }
-        let pacer = self.pacer(tuning)?;
         let now = Instant::now();
         let shared = Adaptive {
             pacer,
@@ -515,8 +738,11 @@ impl AdaptiveRateLimiterBuilder {
             steering: Mutex::new(Steering {
                 curve: Curve::new(start, tuning, now),
                 refreshed: now,
+                version: 0,
             }),
-            refresh_at: AtomicU64::new(nanos(REFRESH)),
+            sharing,
+            wall: WallClock::now(),
+            refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             base: now,
@@ -557,19 +783,20 @@ impl AdaptiveRateLimiterBuilder {
             floor,
             ceiling,
             decrease: self.decrease,
-            gentle_decrease: 0.95,
+            gentle_decrease: 0.97,
             growth: 0.4,
             queueing_delay: self.queueing_delay,
         })
     }
 
-    /// The pacer, checked at the slowest and fastest rates it may take.
-    fn pacer(&self, tuning: Tuning) -> Result<GcraLimiter, ConfigError> {
+    /// Checks that a pacer takes every rate from the floor to the ceiling.
+    fn check_pacer(&self, tuning: Tuning) -> Result<(), ConfigError> {
         let period = |rate: f64| {
             Duration::try_from_secs_f64(1.0 / rate)
                 .map_err(|_| ConfigError::new("floor", self.floor, "must be a positive rate"))
         };
         GcraLimiter::new(1, period(tuning.floor)?)?.with_burst(self.burst)?;
-        GcraLimiter::new(1, period(tuning.ceiling)?)?.with_burst(self.burst)
+        GcraLimiter::new(1, period(tuning.ceiling)?)?.with_burst(self.burst)?;
+        Ok(())
     }
 }

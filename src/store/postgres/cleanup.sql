@@ -17,7 +17,7 @@ BEGIN
   FOR v_table, v_column IN VALUES
     ('sliding_log', 'expires'), ('sliding_state', 'expires'), ('cells', 'expires'),
     ('fixed_windows', 'expires'), ('sliding_window_counters', 'expires'),
-    ('leases', 'expires'), ('lease_pauses', 'until')
+    ('leases', 'expires'), ('lease_pauses', 'until'), ('curves', 'expires')
   LOOP
     EXECUTE format(
       'DELETE FROM %1$s.%2$I WHERE ctid = ANY (ARRAY('

@@ -11,6 +11,7 @@
 //! durations ("retry in N µs"). Decisions prune their key's dead rows;
 //! [`PostgresStore::cleanup`] sweeps the rest.
 
+mod curve;
 mod lease;
 mod quota;
 mod reply;
@@ -38,13 +39,14 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The schema's SQL, in the order it must run; `__SCHEMA__` stands for the
 /// quoted schema name, `__SCHEMA_LITERAL__` for it as a string literal.
-const SCHEMA_SQL: [&str; 7] = [
+const SCHEMA_SQL: [&str; 8] = [
     include_str!("common.sql"),
     include_str!("sliding_log.sql"),
     include_str!("cells.sql"),
     include_str!("fixed_window.sql"),
     include_str!("sliding_window_counter.sql"),
     include_str!("leases.sql"),
+    include_str!("curve.sql"),
     include_str!("cleanup.sql"),
 ];
 
@@ -109,6 +111,7 @@ struct Statements {
     fixed_window: String,
     sliding_window_counter: String,
     leases: String,
+    curve: String,
     cleanup: String,
 }
 
@@ -124,6 +127,7 @@ impl Statements {
             fixed_window: call("fixed_window", 5),
             sliding_window_counter: call("sliding_window_counter", 5),
             leases: call("leases", 3),
+            curve: call("curve", 3),
             cleanup: call("cleanup", 1),
         }
     }

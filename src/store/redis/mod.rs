@@ -9,6 +9,7 @@
 //! `{prefix}{{name}}:{part}`: the hash tag `{name}` puts them in one Cluster
 //! slot, so each script touches one slot.
 
+mod curve;
 mod lease;
 mod quota;
 mod sliding_log;
@@ -79,6 +80,7 @@ struct Inner {
 }
 
 struct Scripts {
+    curve: Script,
     sliding_log: Script,
     cells: Script,
     fixed_window: Script,
@@ -89,6 +91,7 @@ struct Scripts {
 impl Scripts {
     fn load() -> Self {
         Self {
+            curve: Script::new(include_str!("curve.lua")),
             sliding_log: Script::new(include_str!("sliding_log.lua")),
             cells: Script::new(include_str!("cells.lua")),
             fixed_window: Script::new(include_str!("fixed_window.lua")),

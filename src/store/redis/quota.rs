@@ -49,6 +49,7 @@ impl RedisStore {
     pub(super) async fn load_scripts(&self) -> Result<(), LimiterError> {
         let scripts = &self.inner.scripts;
         let all = [
+            &scripts.curve,
             &scripts.sliding_log,
             &scripts.cells,
             &scripts.fixed_window,

@@ -18,6 +18,7 @@
 //! sweep of expired rows).
 
 mod cells;
+mod curve;
 mod fixed_window;
 mod lease;
 mod quota;

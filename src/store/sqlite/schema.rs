@@ -21,7 +21,7 @@ pub(super) const SWEEP_EVERY: i64 = 10_000_000_000;
 pub(super) const GRACE: i64 = 1_000_000_000;
 
 /// Every table, each with an `expires` column and an index on it.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "tower_limits_starts",
     "tower_limits_backoffs",
     "tower_limits_cells",
@@ -29,6 +29,7 @@ const TABLES: [&str; 7] = [
     "tower_limits_sliding_windows",
     "tower_limits_leases",
     "tower_limits_lease_pauses",
+    "tower_limits_curves",
 ];
 
 const CREATE: &str = "
@@ -77,6 +78,17 @@ CREATE TABLE IF NOT EXISTS tower_limits_leases (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tower_limits_lease_pauses (
     name TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tower_limits_curves (
+    name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    w1 INTEGER NOT NULL,
+    w2 INTEGER NOT NULL,
+    w3 INTEGER NOT NULL,
+    w4 INTEGER NOT NULL,
+    w5 INTEGER NOT NULL,
+    w6 INTEGER NOT NULL,
     expires INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";

@@ -1,0 +1,228 @@
+//! What an [`AdaptiveRateLimiter`](super::AdaptiveRateLimiter) paces calls
+//! with, and how a shared one shares its curve.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use super::cubic::CurveState;
+use crate::error::{ConfigError, LimiterError};
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::limiters::{GcraLimiter, SharedLimiter};
+use crate::store::{CurveRecord, CurveStore, Quota};
+
+/// What an [`AdaptiveRateLimiter`](super::AdaptiveRateLimiter) paces calls
+/// with: a [`GcraLimiter`] in this process
+/// ([`build`](super::AdaptiveRateLimiterBuilder::build)), or a
+/// [`SharedPacer`]: a GCRA quota and the learned curve in a store, shared
+/// by processes ([`build_shared`](super::AdaptiveRateLimiterBuilder::build_shared)).
+/// Sealed.
+pub trait Pacer: Limiter + Clone + sealed::Sealed {
+    /// Paces one call per `interval`, `burst` at once.
+    #[doc(hidden)]
+    fn set_pace(&self, interval: Duration, burst: u32) -> Result<(), ConfigError>;
+
+    /// The shared curve, if the pacer shares one.
+    #[doc(hidden)]
+    fn load_curve(&self) -> Option<LimiterFuture<'_, Result<Option<CurveRecord>, LimiterError>>> {
+        None
+    }
+
+    /// Writes the shared curve over its version; `None` if not shared.
+    #[doc(hidden)]
+    fn swap_curve(
+        &self,
+        record: CurveRecord,
+    ) -> Option<LimiterFuture<'_, Result<bool, LimiterError>>> {
+        let _ = record;
+        None
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::GcraLimiter {}
+    impl<S: super::CurveStore> Sealed for super::SharedPacer<S> {}
+}
+
+impl Pacer for GcraLimiter {
+    fn set_pace(&self, interval: Duration, burst: u32) -> Result<(), ConfigError> {
+        self.set_limit(1, interval, burst)
+    }
+}
+
+/// The pacer of an adaptive limiter shared through a store: a GCRA quota
+/// (a [`SharedLimiter`]) at the learned rate, and the learned curve itself.
+pub struct SharedPacer<S: CurveStore> {
+    limiter: SharedLimiter<S>,
+    curve: std::sync::Arc<S::CurveKey>,
+}
+
+impl<S: CurveStore> SharedPacer<S> {
+    pub(super) fn new(store: S, name: String) -> Result<Self, ConfigError> {
+        let curve = store.curve_key(&name);
+        let quota = Quota::gcra(1, Duration::from_secs(1))?;
+        Ok(Self {
+            limiter: SharedLimiter::new(store, name, quota),
+            curve: std::sync::Arc::new(curve),
+        })
+    }
+}
+
+impl<S: CurveStore> Clone for SharedPacer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            curve: std::sync::Arc::clone(&self.curve),
+        }
+    }
+}
+
+impl<S: CurveStore + fmt::Debug> fmt::Debug for SharedPacer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedPacer")
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: CurveStore> Pacer for SharedPacer<S> {
+    fn set_pace(&self, interval: Duration, burst: u32) -> Result<(), ConfigError> {
+        self.limiter
+            .set_quota(Quota::gcra(1, interval)?.with_burst(burst)?);
+        Ok(())
+    }
+
+    fn load_curve(&self) -> Option<LimiterFuture<'_, Result<Option<CurveRecord>, LimiterError>>> {
+        Some(self.limiter.store().load_curve(&self.curve))
+    }
+
+    fn swap_curve(
+        &self,
+        record: CurveRecord,
+    ) -> Option<LimiterFuture<'_, Result<bool, LimiterError>>> {
+        Some(self.limiter.store().swap_curve(&self.curve, record))
+    }
+}
+
+impl<S: CurveStore> Limiter for SharedPacer<S> {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        self.limiter.try_acquire_many(cost)
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        self.limiter.can_proceed()
+    }
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        self.limiter.peek(cost)
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.limiter.record_start()
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.limiter.record_completion()
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        self.limiter.next_available_time()
+    }
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.limiter.set_next_available_time(at)
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.limiter.clear()
+    }
+    fn refund(&self, permit: Permit) {
+        self.limiter.refund(permit);
+    }
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        self.limiter.settle(permit, actual);
+    }
+    fn is_in_use(&self) -> bool {
+        self.limiter.is_in_use()
+    }
+}
+
+/// Maps this process's instants to Unix time and back, so that processes
+/// read each other's curves (their clocks agree to the skew between their
+/// machines, which only moves when an overload is judged over).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WallClock {
+    instant: Instant,
+    unix_micros: i64,
+}
+
+impl WallClock {
+    pub(super) fn now() -> Self {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            instant: Instant::now(),
+            unix_micros: micros(since_epoch),
+        }
+    }
+
+    fn to_unix(self, at: Instant) -> i64 {
+        match at.checked_duration_since(self.instant) {
+            Some(after) => self.unix_micros.saturating_add(micros(after)),
+            None => self
+                .unix_micros
+                .saturating_sub(micros(self.instant.duration_since(at))),
+        }
+    }
+
+    fn to_instant(self, unix_micros: i64) -> Instant {
+        let offset = unix_micros.saturating_sub(self.unix_micros);
+        let by = Duration::from_micros(offset.unsigned_abs());
+        if offset >= 0 {
+            self.instant.checked_add(by).unwrap_or(self.instant)
+        } else {
+            self.instant.checked_sub(by).unwrap_or(self.instant)
+        }
+    }
+
+    /// `state` as the store keeps it, over `version`.
+    pub(super) fn record(self, state: &CurveState, version: u64) -> CurveRecord {
+        let optional = |at: Option<Instant>| at.map_or(0, |at| self.to_unix(at));
+        CurveRecord::from_words(
+            version,
+            [
+                micro_units(state.w_max),
+                micro_units(state.k),
+                self.to_unix(state.origin),
+                optional(state.refused_until),
+                optional(state.queued_until),
+                state.stated.map_or(0, micro_units),
+            ],
+        )
+    }
+
+    /// The curve a store kept; `None` if its words are not one.
+    pub(super) fn state(self, record: &CurveRecord) -> Option<CurveState> {
+        let [w_max, k, origin, refused_until, queued_until, stated] = record.words();
+        let optional = |micros: i64| (micros != 0).then(|| self.to_instant(micros));
+        let state = CurveState {
+            w_max: from_micro_units(w_max),
+            k: from_micro_units(k),
+            origin: self.to_instant(origin),
+            refused_until: optional(refused_until),
+            queued_until: optional(queued_until),
+            stated: (stated != 0).then(|| from_micro_units(stated)),
+        };
+        (state.w_max > 0.0 && state.k >= 0.0 && state.stated.is_none_or(|rate| rate > 0.0))
+            .then_some(state)
+    }
+}
+
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Millionths, rounded: exact to a millionth of a call per second.
+fn micro_units(value: f64) -> i64 {
+    (value * 1e6).round() as i64
+}
+
+fn from_micro_units(value: i64) -> f64 {
+    value as f64 / 1e6
+}

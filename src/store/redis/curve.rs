@@ -1,0 +1,54 @@
+//! [`CurveStore`] for [`RedisStore`]: `curve.lua`.
+
+use super::{RedisKey, RedisStore, parsed};
+use crate::error::LimiterError;
+use crate::limiter::LimiterFuture;
+use crate::store::curve::CURVE_TTL;
+use crate::store::{CurveRecord, CurveStore, StoreError};
+
+impl RedisStore {
+    /// Runs `op` of the curve script with `arguments`.
+    fn curve_op<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        op: &'static str,
+        arguments: Vec<String>,
+    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
+        LimiterFuture::new(async move {
+            let mut all = vec![op.to_owned()];
+            all.extend(arguments);
+            self.run(&self.inner.scripts.curve, &key.parts(), &all)
+                .await
+        })
+    }
+}
+
+impl CurveStore for RedisStore {
+    type CurveKey = RedisKey;
+
+    fn curve_key(&self, name: &str) -> RedisKey {
+        RedisKey::new(&self.base_key(name), &["curve"])
+    }
+
+    fn load_curve<'a>(
+        &'a self,
+        key: &'a RedisKey,
+    ) -> LimiterFuture<'a, Result<Option<CurveRecord>, LimiterError>> {
+        parsed(self.curve_op(key, "load", Vec::new()), |reply| {
+            CurveRecord::from_reply(reply)
+                .map_err(|error| StoreError::bad_reply(super::BACKEND, error))
+        })
+    }
+
+    fn swap_curve<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        record: CurveRecord,
+    ) -> LimiterFuture<'a, Result<bool, LimiterError>> {
+        let mut arguments: Vec<String> = record.to_args().iter().map(i64::to_string).collect();
+        arguments.push(CURVE_TTL.as_millis().to_string());
+        parsed(self.curve_op(key, "swap", arguments), |reply| {
+            Ok(reply == [1])
+        })
+    }
+}

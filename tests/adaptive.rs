@@ -1,0 +1,159 @@
+//! `AdaptiveRateLimiter` on paused time: how its rate moves, and a rate
+//! shared through a store.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, advance};
+use tower_limits::store::MemoryStore;
+use tower_limits::{AdaptiveRateLimiter, Limiter, Rate};
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// Two limiters sharing one curve in a store: a refusal one of them sees
+/// slows both, once.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_one_process_sees_slows_every_process_sharing_the_curve() {
+    let store = MemoryStore::new();
+    let builder = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap());
+    let a = builder.clone().build_shared(store.clone(), "api").unwrap();
+    let b = builder.build_shared(store, "api").unwrap();
+    // The first decisions read (and publish) the shared curve.
+    a.try_acquire().await.unwrap();
+    b.try_acquire().await.unwrap();
+    let sent = Instant::now();
+    advance(ms(5)).await; // the refusal comes back
+    a.record_refusal(sent);
+    b.record_refusal(sent); // the same overload, seen by both
+    assert_eq!(a.current_rate().round(), 70.0);
+    tokio::task::yield_now().await; // the change is written by a task
+    advance(ms(60)).await;
+    b.try_acquire().await.unwrap(); // b reads the shared curve
+    a.try_acquire().await.unwrap();
+    // Once (70, climbing back: 71.6 after 60 ms), not twice (49).
+    assert!(
+        (71.0..72.0).contains(&b.current_rate()),
+        "{}",
+        b.current_rate()
+    );
+    let (a, b) = (a.current_rate(), b.current_rate());
+    assert!((a - b).abs() < a * 1e-4, "one curve: {a} and {b}");
+}
+
+/// The rate climbs back only while it is in use: unused for a minute, it
+/// stays where the last refusal left it; saturated, it climbs.
+#[tokio::test(start_paused = true)]
+async fn the_rate_climbs_only_while_in_use() {
+    let limiter = AdaptiveRateLimiter::builder(Rate::per_second(20).unwrap())
+        .build()
+        .unwrap();
+    let sent = Instant::now();
+    advance(ms(10)).await;
+    limiter.record_refusal(sent);
+    let cut = limiter.current_rate();
+    advance(Duration::from_secs(60)).await;
+    limiter.try_acquire().await.unwrap(); // a decision looks at the curve
+    assert!(
+        (limiter.current_rate() - cut).abs() < 0.01,
+        "{}",
+        limiter.current_rate()
+    );
+    // Saturated for 3 s: callers wait on every slot.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let _permit = tower_limits::LimiterExt::acquire(&limiter).await.unwrap();
+    }
+    assert!(
+        limiter.current_rate() > cut + 2.0,
+        "{}",
+        limiter.current_rate()
+    );
+}
+
+#[cfg(feature = "http")]
+mod feedback {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use http::{Request, Response, StatusCode};
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+    use tower_limits::http::FeedbackLayer;
+    use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
+
+    use super::*;
+
+    /// Ten calls in flight together are all refused: one overload, one
+    /// decrease (× 0.7), not ten; and the climb waits for the pause.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_of_calls_in_flight_together_decrease_the_rate_once() {
+        let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap())
+            .burst(10)
+            .build()
+            .unwrap();
+        let upstream = service_fn(|_: Request<()>| async {
+            tokio::time::sleep(ms(20)).await;
+            let refused = Response::builder()
+                .status(StatusCode::TOO_MANY_REQUESTS)
+                .header("retry-after", "1");
+            Ok::<_, Infallible>(refused.body(()).unwrap())
+        });
+        let client = ServiceBuilder::new()
+            .layer(FeedbackLayer::adaptive(limiter.clone()))
+            .layer(LimitLayer::new(limiter.clone()))
+            .service(upstream);
+        let calls: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(client.clone().oneshot(Request::new(()))))
+            .collect();
+        for call in calls {
+            assert_eq!(
+                call.await.unwrap().unwrap().status(),
+                StatusCode::TOO_MANY_REQUESTS
+            );
+        }
+        assert_eq!(limiter.current_rate().round(), 70.0);
+    }
+
+    /// A quota the upstream states is adopted at once, and the rate never
+    /// climbs past it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stated_quota_is_adopted() {
+        let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap())
+            .build()
+            .unwrap();
+        let served = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&served);
+        let upstream = service_fn(move |_: Request<()>| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async {
+                let ok = Response::builder().header("ratelimit-policy", "\"default\";q=600;w=60");
+                Ok::<_, Infallible>(ok.body(()).unwrap())
+            }
+        });
+        let mut client = ServiceBuilder::new()
+            .layer(FeedbackLayer::adaptive(limiter.clone()))
+            .layer(LimitLayer::new(limiter.clone()))
+            .service(upstream);
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(limiter.current_rate(), 10.0);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            client
+                .ready()
+                .await
+                .unwrap()
+                .call(Request::new(()))
+                .await
+                .unwrap();
+        }
+        assert_eq!(limiter.current_rate(), 10.0);
+        assert_eq!(served.load(Ordering::Relaxed), 101); // the first, then 10 a second
+    }
+}
