@@ -109,9 +109,11 @@ fn garbage_retry_after_falls_back_to_backoff_not_a_panic() {
     );
 }
 
+/// A 503 is a server that cannot keep up: without a hint it backs off,
+/// with one it waits as told.
 #[test]
-fn a_503_waits_only_when_it_says_so() {
-    assert_eq!(advice(503, &[]), Advice::Proceed);
+fn a_503_backs_off_or_waits_as_it_says() {
+    assert_eq!(advice(503, &[]), Advice::BackOff);
     assert_eq!(
         advice(503, &[("retry-after", b"4")]),
         Advice::Wait(Duration::from_secs(4))
@@ -232,6 +234,8 @@ fn malformed_rate_limit_fields_are_ignored() {
             "{value:?}"
         );
     }
+    // Nothing left, and no usable reset: the next request would be
+    // refused, so back off (the malformed reset is ignored).
     assert_eq!(
         advice(
             200,
@@ -240,7 +244,7 @@ fn malformed_rate_limit_fields_are_ignored() {
                 ("x-ratelimit-reset", b"-3")
             ]
         ),
-        Advice::Proceed
+        Advice::BackOff
     );
     assert_eq!(
         advice(
