@@ -149,7 +149,9 @@ impl CurveState {
         };
         self.k = ((plateau - rate * factor) / tuning.growth).cbrt();
         self.w_max = plateau;
-        self.origin = now;
+        // A pause in force still holds the climb (in whichever order the
+        // refusal and its pause reached a shared curve).
+        self.origin = self.origin.max(now);
     }
 }
 
