@@ -86,11 +86,7 @@ impl Nginx {
     /// workers take over within a few milliseconds).
     pub(crate) fn set_limit(&self, limit: Limit) {
         write_config(self.dir.path(), self.addr, limit);
-        let status = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "could not reload nginx");
+        assert!(self.signal("-HUP"), "could not reload nginx");
     }
 
     /// Every request logged so far.
@@ -113,8 +109,29 @@ impl Nginx {
     }
 }
 
+impl Nginx {
+    /// Sends `signal` to the master process.
+    fn signal(&self, signal: &str) -> bool {
+        Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+}
+
 impl Drop for Nginx {
+    /// Stops the master, which stops its workers (killing only the master
+    /// would leave them running, listening on their ports).
     fn drop(&mut self) {
+        if self.signal("-TERM") {
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                // Waits on a real process: real time.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
