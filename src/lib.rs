@@ -19,6 +19,7 @@
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`AdaptiveRateLimiter`] | the call conforms to a rate learned from the upstream: lower on each refusal, climbing back while calls succeed (CUBIC), at a stated quota when there is one |
+//! | [`AdaptiveConcurrencyLimiter`] | fewer calls are running than a limit that follows the upstream's latency (a gradient, as Netflix's concurrency-limits): more while calls are fast, fewer as they slow down |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
 //! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store] (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
@@ -109,10 +110,11 @@ pub use limiter::{
     ReleaseListener,
 };
 pub use limiters::{
-    AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter,
-    DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, GcraState,
-    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter,
-    RateLimiterBuilder, SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,
+    AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter, DelayLimiter,
+    EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, GcraState, KeyedLimiter,
+    KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter, RateLimiterBuilder,
+    SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
 pub use rate::{ParseRateError, Rate};

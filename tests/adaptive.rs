@@ -157,3 +157,70 @@ mod feedback {
         assert_eq!(served.load(Ordering::Relaxed), 101); // the first, then 10 a second
     }
 }
+
+/// An upstream that queues before it refuses: 8 workers, 10 ms a call,
+/// others wait their turn. 64 callers through an adaptive concurrency
+/// limit that starts at 64: the limit comes down toward what the upstream
+/// serves at once, so calls take close to 10 ms again (not the 80 ms of a
+/// queue of 64), and the upstream stays busy.
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_concurrency_limit_finds_a_queueing_upstream() {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+    use tokio::sync::Semaphore;
+    use tower::{Layer, Service, ServiceExt, service_fn};
+    use tower_limits::{AdaptiveConcurrencyLimiter, LimitLayer};
+
+    let workers = Arc::new(Semaphore::new(8));
+    let upstream = service_fn(move |()| {
+        let workers = Arc::clone(&workers);
+        async move {
+            let _worker = workers.acquire().await.unwrap();
+            tokio::time::sleep(ms(10)).await;
+            Ok::<_, Infallible>(())
+        }
+    });
+    let limiter = AdaptiveConcurrencyLimiter::builder()
+        .initial(64)
+        .max(64)
+        .build()
+        .unwrap();
+    let service = LimitLayer::new(limiter.clone()).layer(upstream);
+    let start = Instant::now();
+    let measured_from = start + Duration::from_secs(5);
+    let end = start + Duration::from_secs(10);
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let callers: Vec<_> = (0..64)
+        .map(|_| {
+            let (mut service, latencies) = (service.clone(), Arc::clone(&latencies));
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    let ready = service.ready().await.unwrap();
+                    let sent = Instant::now();
+                    ready.call(()).await.unwrap();
+                    if sent >= measured_from {
+                        latencies.lock().unwrap().push(Instant::now() - sent);
+                    }
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let mut latencies = latencies.lock().unwrap().clone();
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    println!(
+        "limit {}, {} calls in the last 5 s, median latency {median:?}",
+        limiter.limit(),
+        latencies.len()
+    );
+    assert!(limiter.limit() <= 24, "limit {}", limiter.limit());
+    assert!(median <= ms(30), "median latency {median:?}");
+    assert!(
+        latencies.len() >= 3_600,
+        "the upstream idled: {} calls",
+        latencies.len()
+    );
+}

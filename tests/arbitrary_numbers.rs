@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tower_limits::error::ConfigError;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
-    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
     FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
     Limiter, Permit, Rate, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter,
     TokenBucketLimiter,
@@ -125,6 +125,18 @@ enum Make {
         idle_timeout: Duration,
     },
     Composite(usize, u64, Duration),
+    /// A learned rate: start, floor and ceiling (count per period), burst,
+    /// decrease, queueing delay.
+    AdaptiveRate {
+        start: (u64, Duration),
+        floor: (u64, Duration),
+        ceiling: (u64, Duration),
+        burst: u32,
+        decrease: f64,
+        queueing_delay: Option<Duration>,
+    },
+    /// A learned concurrency limit: initial, min, max, tolerance.
+    AdaptiveConcurrency(usize, usize, usize, f64),
 }
 
 fn make() -> impl Strategy<Value = Make> {
@@ -158,6 +170,26 @@ fn make() -> impl Strategy<Value = Make> {
             }
         ),
         (count_usize(), count_u64(), duration()).prop_map(|(c, n, p)| Make::Composite(c, n, p)),
+        (
+            (count_u64(), duration()),
+            (count_u64(), duration()),
+            (count_u64(), duration()),
+            count_u32(),
+            multiplier(),
+            proptest::option::of(duration()),
+        )
+            .prop_map(|(start, floor, ceiling, burst, decrease, queueing_delay)| {
+                Make::AdaptiveRate {
+                    start,
+                    floor,
+                    ceiling,
+                    burst,
+                    decrease,
+                    queueing_delay,
+                }
+            }),
+        (count_usize(), count_usize(), count_usize(), multiplier())
+            .prop_map(|(i, lo, hi, t)| Make::AdaptiveConcurrency(i, lo, hi, t)),
     ]
 }
 
@@ -279,6 +311,40 @@ impl Make {
                 .build()?;
                 Subject::fixed(OneKey::new(keyed, 1))
             }
+            Make::AdaptiveRate {
+                start,
+                floor,
+                ceiling,
+                burst,
+                decrease,
+                queueing_delay,
+            } => {
+                let mut builder = AdaptiveRateLimiter::builder(Rate::new(start.0, start.1)?)
+                    .floor(Rate::new(floor.0, floor.1)?)
+                    .ceiling(Rate::new(ceiling.0, ceiling.1)?)
+                    .burst(burst)
+                    .decrease(decrease);
+                if let Some(delay) = queueing_delay {
+                    builder = builder.queueing_delay(delay);
+                }
+                let limiter = builder.build()?;
+                Subject::new(limiter, |l: &AdaptiveRateLimiter, n, d, _| {
+                    // A refusal, a success and a stated quota as the retune.
+                    let now = Instant::now();
+                    l.record_refusal(now.checked_sub(d).unwrap_or(now));
+                    l.record_success(now);
+                    l.adopt_quota(Rate::new(n, d)?);
+                    Ok(())
+                })
+            }
+            Make::AdaptiveConcurrency(initial, min, max, tolerance) => Subject::fixed(
+                AdaptiveConcurrencyLimiter::builder()
+                    .initial(initial)
+                    .min(min)
+                    .max(max)
+                    .tolerance(tolerance)
+                    .build()?,
+            ),
             Make::Composite(max, count, period) => Subject::fixed(
                 CompositeLimiter::new()
                     .with(ConcurrencyLimiter::new(max)?)

@@ -1,6 +1,7 @@
 //! The limiting strategies, one module each.
 
 mod adaptive;
+mod adaptive_concurrency;
 mod cell;
 mod composite;
 mod concurrency;
@@ -10,6 +11,7 @@ mod failover;
 mod fixed_window;
 mod gcra;
 mod keyed;
+mod latency;
 mod leaky_bucket;
 mod leased;
 mod null;
@@ -24,6 +26,7 @@ mod window;
 #[cfg(feature = "http")]
 pub(crate) use adaptive::Steer;
 pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
+pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder};
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::limiters::latency::LowestLatency;
+
 /// How the rate moves; validated by the builder.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Tuning {
@@ -167,7 +169,7 @@ fn covers(until: Option<Instant>, sent_at: Instant) -> bool {
 pub(super) struct Curve {
     pub(super) tuning: Tuning,
     pub(super) state: CurveState,
-    latency: BaseLatency,
+    latency: LowestLatency,
     /// When a call was last found queued, and its latency.
     last_queued: Option<(Instant, Duration)>,
 }
@@ -178,7 +180,7 @@ impl Curve {
         Self {
             tuning,
             state: CurveState::new(start, now),
-            latency: BaseLatency::new(now),
+            latency: LowestLatency::new(LATENCY_MEMORY, now),
             last_queued: None,
         }
     }
@@ -220,36 +222,6 @@ impl Curve {
         }
         self.last_queued = Some((now, latency));
         Some(Signal::Queued { sent_at, latency })
-    }
-}
-
-/// The lowest latency of the current period and the one before.
-#[derive(Clone, Debug)]
-struct BaseLatency {
-    current: Option<Duration>,
-    previous: Option<Duration>,
-    period_start: Instant,
-}
-
-impl BaseLatency {
-    fn new(now: Instant) -> Self {
-        Self {
-            current: None,
-            previous: None,
-            period_start: now,
-        }
-    }
-
-    /// Records `latency`; the base latency, with it.
-    fn observe(&mut self, latency: Duration, now: Instant) -> Duration {
-        if now.saturating_duration_since(self.period_start) >= LATENCY_MEMORY {
-            self.previous = self.current.take();
-            self.period_start = now;
-        }
-        let current = self.current.map_or(latency, |lowest| lowest.min(latency));
-        self.current = Some(current);
-        self.previous
-            .map_or(current, |previous| previous.min(current))
     }
 }
 
