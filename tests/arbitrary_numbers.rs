@@ -23,10 +23,10 @@ use tokio::time::Instant;
 use tower_limits::error::ConfigError;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
-    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
-    Limiter, Permit, Rate, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, CompositeLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
+    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
+    SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 #[global_allocator]

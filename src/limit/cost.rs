@@ -112,7 +112,7 @@ impl<L, C, G> CostLimitLayer<L, C, G> {
             queue: self.queue,
             cost_of: self.cost_of,
             settle_with: Arc::new(settle_with),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -139,7 +139,7 @@ impl<L: Clone, C, G> Clone for CostLimitLayer<L, C, G> {
             queue: Arc::clone(&self.queue),
             cost_of: Arc::clone(&self.cost_of),
             settle_with: Arc::clone(&self.settle_with),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 }
@@ -197,10 +197,13 @@ where
         request: &Request,
     ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
         let cost = self.cost_of.cost(request);
-        let (limiter, queue, options) =
-            (self.limiter.clone(), Arc::clone(&self.queue), self.options);
+        let (limiter, queue, options) = (
+            self.limiter.clone(),
+            Arc::clone(&self.queue),
+            self.options.clone(),
+        );
         async move {
-            let permit = admit_in_line(&limiter, cost, &queue, (), options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, (), &options).await?;
             Ok((limiter, permit))
         }
     }

@@ -169,7 +169,7 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
             settle_with: self.settle_with,
             weigh: self.weigh,
             queue: self.queue,
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -207,7 +207,7 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
             settle_with: Arc::new(settle_with),
             weigh: self.weigh,
             queue: self.queue,
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -301,7 +301,7 @@ impl<K, L: Clone, F, C, G> Clone for FairLimitLayer<K, L, F, C, G> {
             settle_with: Arc::clone(&self.settle_with),
             weigh: self.weigh.clone(),
             queue: Arc::clone(&self.queue),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 }
@@ -362,10 +362,13 @@ where
         let weight = self.weigh.as_ref().map_or(1, |weigh| weigh(&key).max(1));
         let tenant = Tenant { key, weight };
         let cost = self.cost_of.cost(request);
-        let (limiter, queue, options) =
-            (self.limiter.clone(), Arc::clone(&self.queue), self.options);
+        let (limiter, queue, options) = (
+            self.limiter.clone(),
+            Arc::clone(&self.queue),
+            self.options.clone(),
+        );
         async move {
-            let permit = admit_in_line(&limiter, cost, &queue, tenant, options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, tenant, &options).await?;
             Ok((limiter, permit))
         }
     }

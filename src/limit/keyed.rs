@@ -208,7 +208,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
             key_of: self.key_of,
             cost_of: Arc::new(cost_of),
             settle_with: self.settle_with,
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -241,7 +241,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
             key_of: self.key_of,
             cost_of: self.cost_of,
             settle_with: Arc::new(settle_with),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -401,7 +401,7 @@ impl<K, L, F, C, G> Clone for KeyedLimitLayer<K, L, F, C, G> {
             key_of: Arc::clone(&self.key_of),
             cost_of: Arc::clone(&self.cost_of),
             settle_with: Arc::clone(&self.settle_with),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 }
@@ -461,10 +461,10 @@ where
     ) -> impl Future<Output = Result<(L, Permit), BoxError>> + Send + 'static {
         let lane = self.keyed.lane(&(self.key_of)(request));
         let cost = self.cost_of.cost(request);
-        let options = self.options;
+        let options = self.options.clone();
         async move {
             let (limiter, queue) = lane?;
-            let permit = admit_in_line(&limiter, cost, &queue, (), options).await?;
+            let permit = admit_in_line(&limiter, cost, &queue, (), &options).await?;
             Ok((limiter, permit))
         }
     }

@@ -173,6 +173,115 @@ impl<L> LimitLayer<L> {
         self
     }
 
+    /// Observes the layer's decisions under `name`: counts
+    /// ([`stats`](Self::stats)), `tracing` spans and, with the `metrics`
+    /// cargo feature, metrics labelled `limiter = name`; see
+    /// [observing a layer](crate::limit#observing-a-layer). Call it before building
+    /// services (they share what the layer has then).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{ConcurrencyLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?).name("payments");
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// service.ready().await?.call(1).await?;
+    /// assert_eq!(layer.stats().map(|stats| stats.granted), Some(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.options.name(name);
+        self
+    }
+
+    /// Calls `hook` with every decision of the layer (an observed layer;
+    /// named `limit` unless [`name`](Self::name) says otherwise). The hook
+    /// runs on the caller's task: keep it short.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::limit::Outcome;
+    /// use tower_limits::{GcraLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let refused = Arc::new(AtomicU32::new(0));
+    /// let counted = Arc::clone(&refused);
+    /// let layer = LimitLayer::new(GcraLimiter::new(1, Duration::from_secs(1))?)
+    ///     .reject()
+    ///     .on_decision(move |decision| {
+    ///         if let Outcome::Refused { .. } = decision.outcome {
+    ///             counted.fetch_add(1, Ordering::Relaxed);
+    ///         }
+    ///     });
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// service.ready().await?.call(1).await?;
+    /// assert!(service.ready().await.is_err());
+    /// assert_eq!(refused.load(Ordering::Relaxed), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_decision(
+        mut self,
+        hook: impl Fn(&super::Decision<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.options.on_decision(Arc::new(hook));
+        self
+    }
+
+    /// Shadow mode: decides and records as this layer would in
+    /// [`reject`](Self::reject) mode, but lets every call through at once
+    /// (a denied call goes ahead without taking anything from the limiter).
+    /// Roll a limit out this way and watch what it would refuse
+    /// ([`stats`](Self::stats), the hook, `tracing`, metrics) before you
+    /// enforce it.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{GcraLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let layer = LimitLayer::new(GcraLimiter::new(1, Duration::from_secs(1))?).shadow();
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// for n in 0..3 {
+    ///     assert_eq!(service.ready().await?.call(n).await?, n); // never waits
+    /// }
+    /// let stats = layer.stats().unwrap();
+    /// assert_eq!((stats.granted, stats.refused), (1, 2)); // what enforcing would do
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.options.shadow();
+        self
+    }
+
+    /// The decisions counted so far by every service of this layer, if it is
+    /// observed ([`name`](Self::name), [`on_decision`](Self::on_decision)
+    /// or [`shadow`](Self::shadow)); a few atomic reads.
+    ///
+    /// ```
+    /// use tower_limits::{LimitLayer, NullLimiter};
+    ///
+    /// assert_eq!(LimitLayer::new(NullLimiter).stats(), None);
+    /// let stats = LimitLayer::new(NullLimiter).name("x").stats().unwrap();
+    /// assert_eq!(stats.decisions(), 0);
+    /// ```
+    pub fn stats(&self) -> Option<super::LayerStats> {
+        self.options.stats()
+    }
+
     /// The limiter, shared with every service the layer builds.
     ///
     /// ```
@@ -228,7 +337,7 @@ impl<S, L: Limiter + Clone> Layer<S> for LimitLayer<L> {
             inner,
             self.limiter.clone(),
             Arc::clone(&self.queue),
-            self.options,
+            self.options.clone(),
         )
     }
 }

@@ -89,6 +89,32 @@
 //! caller holding the turn, which keeps it until admitted: admissions in
 //! arrival order, exactly when the limiter allows.
 //!
+//! # Observing a layer
+//!
+//! A layer observes its decisions once it is given a name
+//! ([`LimitLayer::name`]), a hook ([`LimitLayer::on_decision`], called with
+//! each [`Decision`]) or shadow mode ([`LimitLayer::shadow`]); a layer given
+//! none of them records nothing and costs nothing. An observed layer
+//! counts its decisions by [`Outcome`] ([`LimitLayer::stats`] gives a
+//! [`LayerStats`], a few atomic reads) and reports them:
+//!
+//! - **tracing**: every admission is a span named `admission` (target
+//!   `tower_limits::admission`) with the fields `limiter` (the layer's
+//!   name), `cost`, `outcome` (`granted`, `refused`, `overloaded`,
+//!   `elapsed`, `failed`, `abandoned`), `waited_us` and `shadow`. Admissions
+//!   granted at once are `TRACE` spans; waits are `DEBUG` spans, entered
+//!   while the caller waits (a store's warnings land inside them); every
+//!   refusal is also a `DEBUG` event. Nothing is at `INFO`.
+//! - **metrics** (cargo feature `metrics`), through the `metrics` facade,
+//!   labelled `limiter` with the layer's name: the counter
+//!   `tower_limits_decisions_total` (also labelled `outcome`:
+//!   `shadow_refused` for what a shadow layer let through), the histogram
+//!   `tower_limits_wait_seconds` of admitted calls' waits, and the gauge
+//!   `tower_limits_waiting` of callers waiting now. Handles are registered
+//!   when the layer is named: install the recorder (for instance
+//!   `metrics-exporter-prometheus`) before building layers. Keys never
+//!   become labels, so the number of series stays bounded.
+//!
 //! # Order: concurrency outside rate
 //!
 //! Stack a concurrency limit *outside* a rate limit. Then at most `N` callers
@@ -103,18 +129,23 @@ mod fair;
 mod keyed;
 mod layer;
 mod line;
+mod observe;
 mod per_request;
 mod service;
 pub(crate) mod waiting;
 
 pub mod future;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use observe::{Hook, Observer};
 
 pub use cost::{CostLimit, CostLimitLayer};
 pub use fair::{FairLimit, FairLimitLayer};
 pub use keyed::{KeepEstimate, KeyedLimit, KeyedLimitLayer, RequestCost, ResponseCost, UnitCost};
 pub use layer::LimitLayer;
+pub use observe::{Decision, LayerStats, Outcome};
 pub use per_request::{AdmitRequest, PerRequest};
 pub use service::Limit;
 
@@ -125,12 +156,57 @@ use crate::limiters::{
 };
 use crate::store::MemoryStore;
 
-/// How a layer's services wait.
-#[derive(Clone, Copy, Debug, Default)]
+/// How a layer's services wait, and who watches.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Options {
     pub(crate) max_waiting: Option<usize>,
     pub(crate) max_wait: Option<Duration>,
     pub(crate) reject: bool,
+    pub(crate) observer: Option<Arc<Observer>>,
+}
+
+/// The name of a layer observed without one.
+const UNNAMED: &str = "limit";
+
+impl Options {
+    /// Observed under `name`, keeping the hook and shadow mode.
+    pub(crate) fn name(&mut self, name: &str) {
+        let (hook, shadow) = self.observed_as();
+        self.observer = Some(Arc::new(Observer::new(name.into(), hook, shadow)));
+    }
+
+    /// Observed, each decision also going to `hook`.
+    pub(crate) fn on_decision(&mut self, hook: Hook) {
+        let (_, shadow) = self.observed_as();
+        self.observer = Some(Arc::new(Observer::new(
+            self.observed_name(),
+            Some(hook),
+            shadow,
+        )));
+    }
+
+    /// Observed in shadow mode: decides, records, lets every call through.
+    pub(crate) fn shadow(&mut self) {
+        let (hook, _) = self.observed_as();
+        self.observer = Some(Arc::new(Observer::new(self.observed_name(), hook, true)));
+    }
+
+    /// The counts, if observed.
+    pub(crate) fn stats(&self) -> Option<LayerStats> {
+        self.observer.as_ref().map(|observer| observer.stats())
+    }
+
+    fn observed_name(&self) -> Arc<str> {
+        self.observer
+            .as_ref()
+            .map_or_else(|| UNNAMED.into(), |observer| Arc::clone(observer.name()))
+    }
+
+    fn observed_as(&self) -> (Option<Hook>, bool) {
+        self.observer.as_ref().map_or((None, false), |observer| {
+            (observer.hook().cloned(), observer.is_shadow())
+        })
+    }
 }
 
 /// A layer applying a [`ConcurrencyLimiter`].

@@ -148,6 +148,30 @@ impl<S, L: Limiter> Limit<S, L> {
     pub fn limiter(&self) -> &L {
         &self.limiter
     }
+
+    /// The layer's counts, shared by every service it built, if it is
+    /// observed ([`LimitLayer::name`](super::LimitLayer::name)).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::{LimitLayer, NullLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let mut service = LimitLayer::new(NullLimiter)
+    ///     .name("free")
+    ///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+    /// let mut clone = service.clone();
+    /// service.ready().await?.call(1).await?;
+    /// clone.ready().await?.call(2).await?;
+    /// assert_eq!(service.stats().map(|stats| stats.granted), Some(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Option<super::LayerStats> {
+        self.options.stats()
+    }
 }
 
 impl<S, L: Limiter + Clone> Limit<S, L> {
@@ -155,7 +179,7 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
     /// waiting, else wait.
     #[inline]
     fn start(&self) -> Result<State, BoxError> {
-        match try_at_once(&self.limiter, 1, &self.queue, self.options.reject)? {
+        match try_at_once(&self.limiter, 1, &self.queue, &self.options)? {
             Ok(permit) => Ok(State::Ready(permit)),
             Err(not_yet) => Ok(State::Waiting(self.wait(not_yet)?)),
         }
@@ -169,7 +193,7 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
             1,
             &self.queue,
             (),
-            self.options,
+            &self.options,
             not_yet,
         )
     }
@@ -234,7 +258,7 @@ impl<S: Clone, L: Limiter + Clone> Clone for Limit<S, L> {
             self.inner.clone(),
             self.limiter.clone(),
             Arc::clone(&self.queue),
-            self.options,
+            self.options.clone(),
         )
     }
 }

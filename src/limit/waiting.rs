@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::Options;
 use super::line::{Line, Order, Place};
+use super::observe::{Observer, Outcome, failed_at_once};
 use crate::error::{BoxError, Elapsed, LimiterError, Rejected};
 use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
 
@@ -34,42 +35,100 @@ pub(crate) enum NotYet {
 
 /// The quick attempt: asks `limiter` if nobody is in `line` and uses the
 /// answer if it is ready at once. A denial fails with [`Rejected`] in reject
-/// mode.
+/// mode, and lets the call through unlimited in shadow mode.
 #[inline]
 pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
     limiter: &L,
     cost: u32,
     line: &Line<O, N>,
-    reject: bool,
+    options: &Options,
 ) -> Result<Result<Permit, NotYet>, BoxError> {
     if !line.is_empty() {
         return Ok(Err(NotYet::Behind));
     }
     match limiter.try_acquire_many(cost).into_ready() {
-        Ok(answer) => match answer? {
-            Admission::Granted(permit) => Ok(Ok(permit)),
-            Admission::Denied(denial) if reject => Err(Rejected::new(denial.retry_at()).into()),
-            Admission::Denied(denial) => Ok(Err(NotYet::Denied(denial))),
-        },
+        Ok(Ok(Admission::Granted(permit))) => {
+            if let Some(observer) = &options.observer {
+                observer.decided_at_once(Outcome::Granted, cost);
+            }
+            Ok(Ok(permit))
+        }
+        Ok(Ok(Admission::Denied(denial))) => denied_at_once(denial, cost, options),
+        Ok(Err(error)) => {
+            let error = error.into();
+            failed_at_once(options.observer.as_ref(), cost, &error);
+            Err(error)
+        }
         // The limiter must do nothing until polled: the unpolled future is
         // dropped, and made again by an owned `Decision`.
         Err(_later) => Ok(Err(NotYet::Later)),
     }
 }
 
+/// A denial the quick attempt got: a refusal in reject mode, a call let
+/// through in shadow mode, else a wait.
+#[cold]
+fn denied_at_once(
+    denial: Denial,
+    cost: u32,
+    options: &Options,
+) -> Result<Result<Permit, NotYet>, BoxError> {
+    let retry_at = denial.retry_at();
+    if let Some(observer) = options
+        .observer
+        .as_ref()
+        .filter(|observer| observer.is_shadow())
+    {
+        observer.decided_at_once(Outcome::Refused { retry_at }, cost);
+        return Ok(Ok(Permit::unit().with_cost(cost)));
+    }
+    if options.reject {
+        let error = Rejected::new(retry_at).into();
+        failed_at_once(options.observer.as_ref(), cost, &error);
+        return Err(error);
+    }
+    Ok(Err(NotYet::Denied(denial)))
+}
+
 /// A caller's wait for admission.
 pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
 
 /// What a caller does once the quick attempt did not admit it: one more
-/// attempt in reject mode, else a wait bounded by the options. Fails at once
-/// with [`Overloaded`](crate::error::Overloaded) when the line is full, and
-/// with [`Elapsed`] when a denial names an instant past the deadline.
+/// attempt in reject (or shadow) mode, else a wait bounded by the options.
+/// Fails at once with [`Overloaded`](crate::error::Overloaded) when the line
+/// is full, and with [`Elapsed`] when a denial names an instant past the
+/// deadline. An observed layer records how the wait ends.
 pub(crate) fn wait_for_admission<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
     limiter: L,
     cost: u32,
     line: &Arc<Line<O, N>>,
     lane: N,
-    options: Options,
+    options: &Options,
+    not_yet: NotYet,
+) -> Result<WaitFuture, BoxError> {
+    let observer = options.observer.as_ref();
+    if let Some(observer) = observer.filter(|observer| observer.is_shadow()) {
+        return Ok(Box::pin(ask_in_shadow(limiter, cost, Arc::clone(observer))));
+    }
+    let wait = match start_waiting(limiter, cost, line, lane, options, not_yet) {
+        Ok(wait) => wait,
+        Err(error) => {
+            failed_at_once(observer, cost, &error);
+            return Err(error);
+        }
+    };
+    Ok(match observer {
+        Some(observer) => observer.observe_wait(cost, wait),
+        None => wait,
+    })
+}
+
+fn start_waiting<L: Limiter + Clone, O: Order<N>, N: Send + Sync + 'static>(
+    limiter: L,
+    cost: u32,
+    line: &Arc<Line<O, N>>,
+    lane: N,
+    options: &Options,
     not_yet: NotYet,
 ) -> Result<WaitFuture, BoxError> {
     if options.reject {
@@ -100,9 +159,9 @@ pub(crate) async fn admit_in_line<L: Limiter + Clone, O: Order<N>, N: Send + Syn
     cost: u32,
     line: &Arc<Line<O, N>>,
     lane: N,
-    options: Options,
+    options: &Options,
 ) -> Result<Permit, BoxError> {
-    match try_at_once(limiter, cost, line, options.reject)? {
+    match try_at_once(limiter, cost, line, options)? {
         Ok(permit) => Ok(permit),
         Err(not_yet) => {
             wait_for_admission(limiter.clone(), cost, line, lane, options, not_yet)?.await
@@ -116,6 +175,29 @@ async fn ask_once<L: Limiter + Clone>(limiter: L, cost: u32) -> Result<Permit, B
         Admission::Granted(permit) => Ok(permit),
         Admission::Denied(denial) => Err(Rejected::new(denial.retry_at()).into()),
     }
+}
+
+/// One attempt in shadow mode: recorded, and the call goes ahead whatever
+/// the answer (without a permit when denied).
+async fn ask_in_shadow<L: Limiter + Clone>(
+    limiter: L,
+    cost: u32,
+    observer: Arc<Observer>,
+) -> Result<Permit, BoxError> {
+    let answer = Decision::new(limiter, cost).await;
+    let (outcome, permit) = match answer {
+        Ok(Admission::Granted(permit)) => (Outcome::Granted, permit),
+        Ok(Admission::Denied(denial)) => {
+            let retry_at = denial.retry_at();
+            (
+                Outcome::Refused { retry_at },
+                Permit::unit().with_cost(cost),
+            )
+        }
+        Err(_) => (Outcome::Failed, Permit::unit().with_cost(cost)),
+    };
+    observer.decided_at_once(outcome, cost);
+    Ok(permit)
 }
 
 /// A first attempt that takes a round trip, made without a place in line
