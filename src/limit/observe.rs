@@ -204,7 +204,7 @@ impl Observer {
     pub(crate) fn new(name: Arc<str>, hook: Option<Hook>, shadow: bool) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            metrics: metrics_handles::Handles::new(&name),
+            metrics: metrics_handles::Handles::new(&name, shadow),
             name,
             shadow,
             outcomes: Default::default(),
@@ -260,7 +260,7 @@ impl Observer {
             );
         }
         #[cfg(feature = "metrics")]
-        self.metrics.record(outcome, self.shadow, waited);
+        self.metrics.record(outcome, waited);
         if let Some(hook) = &self.hook {
             hook(&Decision {
                 limiter: &self.name,
@@ -378,28 +378,28 @@ mod metrics_handles {
     use super::Outcome;
 
     pub(super) struct Handles {
-        /// One counter per outcome, by [`Outcome::index`]; then shadow
-        /// refusals.
-        decisions: [Counter; 7],
+        /// One counter per outcome, by [`Outcome::index`].
+        decisions: [Counter; 6],
         wait: Histogram,
         pub(super) waiting: Gauge,
     }
 
-    const OUTCOMES: [&str; 7] = [
-        "granted",
-        "refused",
-        "overloaded",
-        "elapsed",
-        "failed",
-        "abandoned",
-        "shadow_refused",
-    ];
-
     impl Handles {
-        pub(super) fn new(name: &str) -> Self {
+        /// The handles of the layer `name`; a shadow layer's refusals are
+        /// counted as `shadow_refused` (the calls went ahead).
+        pub(super) fn new(name: &str, shadow: bool) -> Self {
             let limiter = name.to_owned();
+            let refused = if shadow { "shadow_refused" } else { "refused" };
+            let outcomes = [
+                "granted",
+                refused,
+                "overloaded",
+                "elapsed",
+                "failed",
+                "abandoned",
+            ];
             Self {
-                decisions: OUTCOMES.map(|outcome| {
+                decisions: outcomes.map(|outcome| {
                     counter!("tower_limits_decisions_total", "limiter" => limiter.clone(), "outcome" => outcome)
                 }),
                 wait: histogram!("tower_limits_wait_seconds", "limiter" => limiter.clone()),
@@ -407,12 +407,8 @@ mod metrics_handles {
             }
         }
 
-        pub(super) fn record(&self, outcome: Outcome, shadow: bool, waited: Duration) {
-            let index = match outcome {
-                Outcome::Refused { .. } if shadow => OUTCOMES.len() - 1,
-                _ => outcome.index(),
-            };
-            self.decisions[index].increment(1);
+        pub(super) fn record(&self, outcome: Outcome, waited: Duration) {
+            self.decisions[outcome.index()].increment(1);
             if outcome == Outcome::Granted {
                 self.wait.record(waited.as_secs_f64());
             }
