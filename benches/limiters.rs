@@ -294,11 +294,28 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
+/// An observed layer beside the same layer unobserved: what counting,
+/// `tracing` (no subscriber) and `metrics` (no recorder, when the feature
+/// is on) cost per decision.
+fn observe(c: &mut Criterion) {
+    let mut group = c.benchmark_group("observe");
+    let concurrency = || ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+    let mut plain = ConcurrencyLimitLayer::new(concurrency()).layer(Noop);
+    group.bench_function("concurrency_layer", |b| b.iter(|| ready_call(&mut plain)));
+    let mut named = ConcurrencyLimitLayer::new(concurrency())
+        .name("bench")
+        .layer(Noop);
+    group.bench_function("concurrency_layer_observed", |b| {
+        b.iter(|| ready_call(&mut named))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = decision, stack, keyed, clock
+    targets = decision, stack, keyed, clock, observe
 }
 criterion_main!(benches);

@@ -211,6 +211,27 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
         }
     }
 
+    observing_methods!(
+        "use std::convert::Infallible;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+
+# #[tokio::main(flavor = \"current_thread\")]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let layer = FairLimitLayer::new(ConcurrencyLimiter::new(4)?, |(tenant, _): &(u32, u32)| *tenant)
+    .name(\"shared\")
+    .on_decision(|decision| assert_eq!(decision.limiter, \"shared\"));
+let mut service = layer.layer(service_fn(|(_, n): (u32, u32)| async move { Ok::<_, Infallible>(n) }));
+service.ready().await?.call((7, 1)).await?;
+assert_eq!(layer.stats().map(|stats| stats.granted), Some(1));
+let shadow = FairLimitLayer::new(ConcurrencyLimiter::new(1)?, |(t, _): &(u32, u32)| *t).shadow();
+let mut watched = shadow.layer(service_fn(|(_, n): (u32, u32)| async move { Ok::<_, Infallible>(n) }));
+watched.ready().await?.call((1, 1)).await?;
+assert_eq!(shadow.stats().map(|stats| stats.granted), Some(1));
+# Ok(())
+# }"
+    );
+
     /// Past `max_waiting` callers waiting in all, a request fails at once
     /// with [`Overloaded`](crate::error::Overloaded).
     ///

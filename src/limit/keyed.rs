@@ -364,6 +364,25 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
         self
     }
 
+    observing_methods!(
+        "use std::convert::Infallible;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+
+# #[tokio::main(flavor = \"current_thread\")]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
+    .name(\"tenants\")
+    .on_decision(|decision| assert_eq!(decision.limiter, \"tenants\"));
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+service.ready().await?.call(7).await?;
+assert_eq!(layer.stats().map(|stats| stats.granted), Some(1));
+assert!(KeyedLimitLayer::new(KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?, |t: &u32| *t).shadow().stats().is_some());
+# Ok(())
+# }"
+    );
+
     /// The keyed limiter, for handles to keys' limiters.
     ///
     /// ```

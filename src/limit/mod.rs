@@ -124,6 +124,55 @@
 //! several delayed callers can start back to back and break the rate (seed
 //! 004, chaining rule 1; the `layer_order` test shows both).
 
+/// The observing builder methods of a layer that has an `options` field,
+/// as [`LimitLayer`]'s, each documented with `$example` (a doctest that
+/// shows them on that layer).
+macro_rules! observing_methods {
+    ($example:literal) => {
+        #[doc = concat!(
+            "Observes the layer's decisions under `name`, as [`LimitLayer::name`](crate::LimitLayer::name).\n\n```\n",
+            $example,
+            "\n```"
+        )]
+        pub fn name(mut self, name: &str) -> Self {
+            self.options.name(name);
+            self
+        }
+
+        #[doc = concat!(
+            "Calls `hook` with every decision, as [`LimitLayer::on_decision`](crate::LimitLayer::on_decision).\n\n```\n",
+            $example,
+            "\n```"
+        )]
+        pub fn on_decision(
+            mut self,
+            hook: impl Fn(&$crate::limit::Decision<'_>) + Send + Sync + 'static,
+        ) -> Self {
+            self.options.on_decision(std::sync::Arc::new(hook));
+            self
+        }
+
+        #[doc = concat!(
+            "Shadow mode: decides and records but lets every call through, as [`LimitLayer::shadow`](crate::LimitLayer::shadow).\n\n```\n",
+            $example,
+            "\n```"
+        )]
+        pub fn shadow(mut self) -> Self {
+            self.options.shadow();
+            self
+        }
+
+        #[doc = concat!(
+            "The decisions counted so far, if observed, as [`LimitLayer::stats`](crate::LimitLayer::stats).\n\n```\n",
+            $example,
+            "\n```"
+        )]
+        pub fn stats(&self) -> Option<$crate::limit::LayerStats> {
+            self.options.stats()
+        }
+    };
+}
+
 mod cost;
 mod fair;
 mod keyed;

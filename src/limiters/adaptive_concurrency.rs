@@ -194,7 +194,10 @@ impl Release for Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .sample(latency, in_flight, Instant::now());
         // The limit is within min and max, both valid.
-        let _ = self.slots.set_max_concurrent(limit as usize);
+        let limit = limit as usize;
+        if limit != self.slots.max_concurrent() && self.slots.set_max_concurrent(limit).is_ok() {
+            tracing::trace!(limit, ?latency, "adaptive concurrency limit changed");
+        }
     }
 
     /// An unused permit: no latency to learn from.

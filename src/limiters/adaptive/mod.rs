@@ -282,7 +282,9 @@ impl<P: Pacer> Adaptive<P> {
             return;
         };
         if steering.curve.apply(signal, now) {
-            self.apply(steering.curve.rate(now));
+            let rate = steering.curve.rate(now);
+            tracing::debug!(rate, ?signal, "adaptive rate changed");
+            self.apply(rate);
             if self.sharing {
                 let this = Arc::clone(self);
                 spawn_or_warn("adaptive", "share a rate change", async move {
