@@ -347,6 +347,7 @@ async fn worker_process() {
     let (url, prefix) = job.split_once(' ').unwrap();
     let store = tower_limits::store::RedisStore::builder(redis)
         .prefix(prefix)
+        .timeout(Duration::from_secs(2))
         .connect()
         .await
         .unwrap();
