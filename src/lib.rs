@@ -23,6 +23,7 @@
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
 //! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store] (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
+//! | [`BatchedLimiter`] | a fleet-wide GCRA quota in a store admits it, taken in batches and spent locally: millions of admissions a second, each process ahead of the fleet by at most one batch |
 //! | [`LeasedConcurrencyLimiter`] | fewer than `max` leases are held across processes; leases expire unless renewed |
 //! | [`Failover`] | its store-backed limiter admits it, or, while the store is down, its [`OutagePolicy`] does |
 //!
@@ -116,5 +117,8 @@ pub use limiters::{
     KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter, RateLimiterBuilder,
     SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
-pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
+pub use limiters::{
+    BatchedLimiter, BatchedLimiterBuilder, Failover, LeasedConcurrencyLimiter, OutagePolicy,
+    SharedLimiter,
+};
 pub use rate::{ParseRateError, Rate};

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tower_limits::error::ConfigError;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
-    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, CompositeLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
     SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
@@ -137,6 +137,8 @@ enum Make {
     },
     /// A learned concurrency limit: initial, min, max, tolerance.
     AdaptiveConcurrency(usize, usize, usize, f64),
+    /// A fleet rate taken in batches: rate, batch, burst.
+    Batched((u64, Duration), u32, u32),
 }
 
 fn make() -> impl Strategy<Value = Make> {
@@ -190,6 +192,8 @@ fn make() -> impl Strategy<Value = Make> {
             }),
         (count_usize(), count_usize(), count_usize(), multiplier())
             .prop_map(|(i, lo, hi, t)| Make::AdaptiveConcurrency(i, lo, hi, t)),
+        ((count_u64(), duration()), count_u32(), count_u32())
+            .prop_map(|(rate, batch, burst)| Make::Batched(rate, batch, burst)),
     ]
 }
 
@@ -343,6 +347,12 @@ impl Make {
                     .min(min)
                     .max(max)
                     .tolerance(tolerance)
+                    .build()?,
+            ),
+            Make::Batched((count, per), batch, burst) => Subject::fixed(
+                BatchedLimiter::builder(MemoryStore::new(), "arbitrary", Rate::new(count, per)?)
+                    .batch(batch)
+                    .burst(burst)
                     .build()?,
             ),
             Make::Composite(max, count, period) => Subject::fixed(

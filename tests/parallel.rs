@@ -192,3 +192,8 @@ fn shared_fixed_window_behind_failover() {
 fn leased_concurrency_in_the_memory_store() {
     hammer(cases::LEASED_CONCURRENCY);
 }
+
+#[test]
+fn batched_limiter_in_the_memory_store() {
+    hammer(cases::BATCHED);
+}

@@ -2,6 +2,7 @@
 
 mod adaptive;
 mod adaptive_concurrency;
+mod batched;
 mod cell;
 mod composite;
 mod concurrency;
@@ -27,6 +28,7 @@ mod window;
 pub(crate) use adaptive::Steer;
 pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
 pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder};
+pub use batched::{BatchedLimiter, BatchedLimiterBuilder};
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;

@@ -267,6 +267,21 @@ pub(crate) const SHARED_FIXED_WINDOW_BEHIND_FAILOVER: Case = Case::new(
 )
 .grants_only();
 
+/// 10 per 2 ms for the fleet, taken 5 at a time (burst 20): a window sees
+/// at most the burst, the rate and the batch and a half a process can hold.
+pub(crate) const BATCHED: Case = Case::new(
+    || {
+        let rate = tower_limits::Rate::new(MAX as u64, WINDOW).unwrap();
+        let limiter = tower_limits::BatchedLimiter::builder(MemoryStore::new(), "batched", rate)
+            .batch(5)
+            .burst(20)
+            .build()
+            .unwrap();
+        Arc::new(limiter)
+    },
+    &[per_window(20 + MAX + 8, WINDOW, MAX)],
+);
+
 pub(crate) const LEASED_CONCURRENCY: Case = Case::new(
     || {
         let ttl = Duration::from_secs(10);
