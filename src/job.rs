@@ -124,7 +124,9 @@ impl RetryableJobError {
     /// ```
     pub fn retry_after(self, wait: Duration) -> Self {
         let cap = far_future();
-        let at = Instant::now().checked_add(wait).map_or(cap, |at| at.min(cap));
+        let at = Instant::now()
+            .checked_add(wait)
+            .map_or(cap, |at| at.min(cap));
         self.retry_at_instant(at)
     }
 
