@@ -39,7 +39,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use apalis::prelude::{BackendExt, BoxDynError, Data, TaskBuilder, TaskSink, WorkerBuilder};
+use apalis::prelude::{
+    BackendExt, BoxDynError, Data, Task, TaskBuilder, TaskSink, WorkerBuilder, WorkerError,
+};
 use apalis_redis::{Config, RedisStorage};
 use axum::Router;
 use axum::extract::{Path, State};
@@ -51,7 +53,10 @@ use tower_limits::error::BoxError;
 use tower_limits::http::Advice;
 use tower_limits::job::{RetryableJobError, reschedule};
 use tower_limits::store::{Quota, RedisStore};
-use tower_limits::{LeasedConcurrencyLimiter, LimitLayer, SharedLimiter};
+use tower_limits::{
+    ConcurrencyLimitLayer, ConcurrencyLimiter, FairLimitLayer, LeasedConcurrencyLimiter,
+    LimitLayer, SharedLimiter,
+};
 
 /// Requests the upstream allows in any one-second window.
 pub const RATE: u32 = 20;
@@ -351,6 +356,9 @@ pub struct WorkerSettings {
     pub queue: String,
     /// The upstream it calls.
     pub upstream: SocketAddr,
+    /// The name of the upstream's rate limit: one limit per downstream,
+    /// shared by the queues (and workers) that call it.
+    pub downstream: String,
     /// Requests a second, shared by every worker in Redis.
     pub rate: u32,
     /// Jobs running at once, shared by every worker as leases in Redis.
@@ -369,6 +377,7 @@ impl WorkerSettings {
             name: name.to_owned(),
             queue: "jobs".to_owned(),
             upstream,
+            downstream: "upstream".to_owned(),
             rate: RATE,
             slots: 8,
             lease_ttl: Duration::from_secs(2),
@@ -423,13 +432,18 @@ pub async fn store(settings: &WorkerSettings) -> Result<RedisStore, BoxError> {
     Ok(store)
 }
 
-/// The shared rate limit of `settings`: GCRA, `rate` a second, no burst.
+/// The shared rate limit of `settings`' downstream: GCRA, `rate` a second,
+/// no burst.
 pub fn rate_limit(
     store: RedisStore,
     settings: &WorkerSettings,
 ) -> Result<SharedLimiter<RedisStore>, BoxError> {
     let quota = Quota::gcra(settings.rate.into(), WINDOW)?;
-    Ok(SharedLimiter::new(store, "upstream", quota))
+    Ok(SharedLimiter::new(
+        store,
+        settings.downstream.clone(),
+        quota,
+    ))
 }
 
 /// What a worker did.
@@ -439,41 +453,92 @@ pub struct WorkerReport {
     pub rescheduled: u32,
 }
 
+/// Runs a worker whose stack is `$outer`, then `$inner`, then the job; a
+/// refused job pushes `$rate` back. (A macro: the layers' types differ.)
+macro_rules! run_worker_with {
+    ($settings:expr, $rate:expr, $outer:expr, $inner:expr, $stop:expr) => {{
+        let settings: WorkerSettings = $settings;
+        let backend = queue(&settings).await?;
+        let rescheduled = Arc::new(AtomicU32::new(0));
+        let deps = Deps {
+            client: reqwest::Client::new(),
+            url: format!("http://{}/job", settings.upstream),
+            worker: settings.name.clone(),
+            rate: $rate,
+            queue: backend.clone(),
+            rescheduled: Arc::clone(&rescheduled),
+        };
+        let stop = $stop;
+        WorkerBuilder::new(settings.name.as_str())
+            // An idle worker looks for due jobs every 50 ms.
+            .backend(backend.poll_with_interval(Duration::from_millis(50)))
+            .data(deps)
+            .layer($outer)
+            .layer($inner)
+            .build(run_job)
+            .run_until(async move {
+                stop.await;
+                Ok::<_, WorkerError>(())
+            })
+            .await?;
+        Ok(WorkerReport {
+            rescheduled: rescheduled.load(Ordering::SeqCst),
+        })
+    }};
+}
+
 /// Runs one worker until `stop` completes (then it finishes the jobs it
-/// started and returns).
+/// started and returns). Its stack: the concurrency leases, then the shared
+/// rate, then the job.
 pub async fn run_worker(
     settings: WorkerSettings,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<WorkerReport, BoxError> {
     let store = store(&settings).await?;
     let rate = rate_limit(store.clone(), &settings)?;
-    let slots = LeasedConcurrencyLimiter::new(store, "slots", settings.slots, settings.lease_ttl)?;
-    let backend = queue(&settings).await?;
-    let rescheduled = Arc::new(AtomicU32::new(0));
-    let deps = Deps {
-        client: reqwest::Client::new(),
-        url: format!("http://{}/job", settings.upstream),
-        worker: settings.name.clone(),
-        rate: rate.clone(),
-        queue: backend.clone(),
-        rescheduled: Arc::clone(&rescheduled),
-    };
-    let worker = WorkerBuilder::new(settings.name.as_str())
-        // An idle worker looks for due jobs every 50 ms.
-        .backend(backend.poll_with_interval(Duration::from_millis(50)))
-        .data(deps)
-        .layer(LimitLayer::new(slots))
-        .layer(LimitLayer::new(rate))
-        .build(run_job);
-    worker
-        .run_until(async move {
-            stop.await;
-            Ok::<_, apalis::prelude::WorkerError>(())
-        })
-        .await?;
-    Ok(WorkerReport {
-        rescheduled: rescheduled.load(Ordering::SeqCst),
-    })
+    let slots = LeasedConcurrencyLimiter::new(
+        store,
+        format!("{}:slots", settings.queue),
+        settings.slots,
+        settings.lease_ttl,
+    )?;
+    run_worker_with!(
+        settings,
+        rate.clone(),
+        LimitLayer::new(slots),
+        LimitLayer::new(rate),
+        stop
+    )
+}
+
+/// A tenant's worker: at most `settings.slots` of its jobs claimed at once
+/// in this process, and the jobs of every tenant's worker built with a
+/// clone of `fair` take turns, tenant by tenant, for the shared rate `rate`.
+pub async fn run_tenant_worker<F>(
+    settings: WorkerSettings,
+    rate: SharedLimiter<RedisStore>,
+    fair: FairLimitLayer<String, SharedLimiter<RedisStore>, F>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<WorkerReport, BoxError>
+where
+    F: Fn(&Task<Job>) -> String + Send + Sync + 'static,
+{
+    let slots = ConcurrencyLimiter::new(settings.slots as usize)?;
+    run_worker_with!(
+        settings,
+        rate,
+        ConcurrencyLimitLayer::new(slots),
+        fair,
+        stop
+    )
+}
+
+/// The fair layer of tenant workers sharing `rate`: the key is the job's
+/// tenant.
+pub fn fair_layer(
+    rate: SharedLimiter<RedisStore>,
+) -> FairLimitLayer<String, SharedLimiter<RedisStore>, impl Fn(&Task<Job>) -> String + Clone> {
+    FairLimitLayer::new(rate, |task: &Task<Job>| task.args.tenant.clone())
 }
 
 /// The job: one request upstream; a refusal puts it back in the queue.

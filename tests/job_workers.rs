@@ -409,7 +409,10 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
     let free_from = killed + TTL.as_millis() as u64 + 100;
     tokio::time::sleep(Duration::from_millis(free_from.saturating_sub(unix_ms()))).await;
     let store = job_worker::store(&settings[0]).await.unwrap();
-    let held = store.leases_held(&store.lease_key("slots")).await.unwrap();
+    let held = store
+        .leases_held(&store.lease_key("jobs:slots"))
+        .await
+        .unwrap();
     assert_eq!(held, 0, "leases left after the TTL");
 
     let arrivals = upstream.arrivals();
@@ -448,4 +451,170 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
         );
     }
     assert!(done > killed, "the run ended before the kill");
+}
+
+/// Runs `settings`' workers in this process (as tasks) until `upstreams`
+/// have served `jobs` jobs in all.
+async fn run_in_process<F>(workers: Vec<F>, upstreams: &[&Upstream], jobs: usize)
+where
+    F: FnOnce(tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()>,
+{
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = workers
+        .into_iter()
+        .map(|start| start(stopped.clone()))
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while upstreams
+        .iter()
+        .map(|upstream| upstream.jobs_done())
+        .sum::<usize>()
+        < jobs
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the jobs did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Resolves when `stopped` turns true.
+async fn stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|&stop| stop).await;
+}
+
+/// One limiter per queue, mapped to its downstream: a geocoding queue calls
+/// a downstream allowing 10/s, a mail queue one allowing 4/s. Each
+/// downstream sees no more than its limit in any second, and the slow one
+/// does not hold back the fast one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_queue_has_the_limit_of_its_downstream() {
+    let Some(redis_url) = common::redis::url("each_queue_has_the_limit_of_its_downstream") else {
+        return;
+    };
+    let _serial = serial();
+    let work = Duration::from_millis(10);
+    let geocoder = Upstream::serve(10, work, HashMap::new()).await.unwrap();
+    let mailer = Upstream::serve(4, work, HashMap::new()).await.unwrap();
+    let namespace = common::conformance::unique("queues");
+    let mut settings = Vec::new();
+    for (queue, upstream, rate, jobs) in [("geocode", &geocoder, 10, 40), ("mail", &mailer, 4, 12)]
+    {
+        for n in 0..2 {
+            let name = format!("{queue}-{n}");
+            let mut worker = WorkerSettings::new(&redis_url, &namespace, &name, upstream.addr);
+            worker.queue = queue.to_owned();
+            worker.downstream = format!("{queue}-downstream");
+            worker.rate = rate;
+            settings.push(worker);
+        }
+        let first = settings.last().unwrap();
+        let jobs = (0..jobs).map(|id| Job::new(id, "acme")).collect();
+        job_worker::enqueue(first, jobs).await.unwrap();
+    }
+    let workers = settings
+        .into_iter()
+        .map(|settings| {
+            move |stop| {
+                tokio::spawn(async move {
+                    job_worker::run_worker(settings, stopped(stop))
+                        .await
+                        .unwrap();
+                })
+            }
+        })
+        .collect();
+    run_in_process(workers, &[&geocoder, &mailer], 52).await;
+
+    let (fast, slow) = (geocoder.arrivals(), mailer.arrivals());
+    let (fast_rate, slow_rate) = (throughput(&fast), throughput(&slow));
+    println!(
+        "geocoder: busiest second {}, {fast_rate:.2}/s; mailer: busiest second {}, {slow_rate:.2}/s",
+        busiest_second(&fast),
+        busiest_second(&slow)
+    );
+    assert!(busiest_second(&fast) <= 10);
+    assert!(busiest_second(&slow) <= 4);
+    assert!(
+        fast_rate >= 9.0,
+        "the geocoding queue ran at {fast_rate:.2}/s"
+    );
+    assert!(slow_rate >= 3.6, "the mail queue ran at {slow_rate:.2}/s");
+    assert_eq!(completions(&fast).len(), 40);
+    assert_eq!(completions(&slow).len(), 12);
+}
+
+/// One limit of 10/s shared fairly by two tenants, each with a queue of its
+/// own: tenant `big` has 3 workers and 60 jobs, tenant `small` one worker
+/// and 12 jobs. The tenants' jobs take turns (`FairLimitLayer`), so `small`
+/// gets every other request and is done within its first 12 turns, where
+/// first-come first-served would have given it one request in four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_share_one_limit_fairly() {
+    let Some(redis_url) = common::redis::url("tenants_share_one_limit_fairly") else {
+        return;
+    };
+    let _serial = serial();
+    let upstream = Upstream::serve(10, Duration::from_millis(10), HashMap::new())
+        .await
+        .unwrap();
+    let namespace = common::conformance::unique("tenants");
+    let mut settings = Vec::new();
+    for (tenant, workers, jobs) in [("big", 3, 0..60), ("small", 1, 1_000..1_012)] {
+        for n in 0..workers {
+            let name = format!("{tenant}-{n}");
+            let mut worker = WorkerSettings::new(&redis_url, &namespace, &name, upstream.addr);
+            worker.queue = tenant.to_owned();
+            worker.rate = 10;
+            worker.slots = 2;
+            settings.push(worker);
+        }
+        let first = settings.last().unwrap();
+        let jobs = jobs.map(|id| Job::new(id, tenant)).collect();
+        job_worker::enqueue(first, jobs).await.unwrap();
+    }
+    let store = job_worker::store(&settings[0]).await.unwrap();
+    let rate = job_worker::rate_limit(store, &settings[0]).unwrap();
+    let fair = job_worker::fair_layer(rate.clone());
+    let workers = settings
+        .into_iter()
+        .map(|settings| {
+            let (rate, fair) = (rate.clone(), fair.clone());
+            move |stop| {
+                tokio::spawn(async move {
+                    job_worker::run_tenant_worker(settings, rate, fair, stopped(stop))
+                        .await
+                        .unwrap();
+                })
+            }
+        })
+        .collect();
+    run_in_process(workers, &[&upstream], 72).await;
+
+    let arrivals = upstream.arrivals();
+    let order: String = arrivals
+        .iter()
+        .map(|arrival| if arrival.tenant == "small" { 's' } else { 'b' })
+        .collect();
+    let small_done = arrivals
+        .iter()
+        .rposition(|arrival| arrival.tenant == "small")
+        .unwrap()
+        + 1;
+    println!(
+        "order: {order}; small done after {small_done} requests; busiest second {}",
+        busiest_second(&arrivals)
+    );
+    assert!(busiest_second(&arrivals) <= 10);
+    // Turns alternate: 12 small jobs within the first 24 requests, give or
+    // take the jobs already waiting when the workers started.
+    assert!(small_done <= 28, "small waited behind big: {order}");
+    let runs = completions(&arrivals);
+    assert_eq!(runs.len(), 72, "a job was lost");
+    assert!(runs.values().all(|runs| runs.len() == 1), "a job ran twice");
 }
