@@ -17,7 +17,6 @@ mod job_worker;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use job_worker::{Arrival, Job, Refusal, Upstream, WorkerSettings, unix_ms};
@@ -25,14 +24,9 @@ use tower_limits::store::LeaseStore;
 
 /// Set, in a spawned worker's environment, to its settings.
 const SPEC_VAR: &str = "JOB_WORKER_SPEC";
-/// One test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+/// One test at a time (a tokio mutex: each test has its own runtime, and a
+/// failed test does not poison it).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // --- The worker processes ----------------------------------------------------------
 
@@ -248,7 +242,7 @@ async fn three_worker_processes_drain_one_queue_at_the_shared_rate() {
     let Some(redis_url) = common::redis::url("three_worker_processes_drain_one_queue") else {
         return;
     };
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     const JOBS: u32 = 240;
     let refused = HashMap::from([
         (10, Refusal::ResetIn(100)),
@@ -309,7 +303,7 @@ async fn a_429_reschedules_the_job_and_pauses_every_worker() {
     let Some(redis_url) = common::redis::url("a_429_reschedules_the_job") else {
         return;
     };
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     const JOBS: u32 = 60;
     let refused = HashMap::from([(15, Refusal::RetryAfter(1))]);
     let upstream = Upstream::serve(job_worker::RATE, Duration::from_millis(20), refused.clone())
@@ -366,7 +360,7 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
     let Some(redis_url) = common::redis::url("killing_a_worker_process") else {
         return;
     };
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     const JOBS: u32 = 60;
     const SLOTS: u32 = 3;
     const TTL: Duration = Duration::from_millis(1_500);
@@ -497,7 +491,7 @@ async fn each_queue_has_the_limit_of_its_downstream() {
     let Some(redis_url) = common::redis::url("each_queue_has_the_limit_of_its_downstream") else {
         return;
     };
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let work = Duration::from_millis(10);
     let geocoder = Upstream::serve(10, work, HashMap::new()).await.unwrap();
     let mailer = Upstream::serve(4, work, HashMap::new()).await.unwrap();
@@ -559,7 +553,7 @@ async fn tenants_share_one_limit_fairly() {
     let Some(redis_url) = common::redis::url("tenants_share_one_limit_fairly") else {
         return;
     };
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let upstream = Upstream::serve(10, Duration::from_millis(10), HashMap::new())
         .await
         .unwrap();
@@ -617,4 +611,24 @@ async fn tenants_share_one_limit_fairly() {
     let runs = completions(&arrivals);
     assert_eq!(runs.len(), 72, "a job was lost");
     assert!(runs.values().all(|runs| runs.len() == 1), "a job ran twice");
+}
+
+/// The example itself, on 100 jobs: three workers in one process, every job
+/// served, the four it refuses once rescheduled, at most 20 in any second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_serves_every_job_within_the_limit() {
+    let Some(redis_url) = common::redis::url("the_example_serves_every_job") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let summary = job_worker::run(&redis_url, 100).await.unwrap();
+    let per_second: Vec<(u32, u32)> = summary
+        .seconds
+        .iter()
+        .map(|second| (second.served, second.refused))
+        .collect();
+    println!("(served, refused) per second: {per_second:?}");
+    assert_eq!(summary.jobs_done, 100);
+    assert_eq!(summary.rescheduled, 4);
+    assert!(busiest_second(&summary.arrivals) <= job_worker::RATE as usize);
 }
