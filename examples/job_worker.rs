@@ -15,11 +15,19 @@
 //! rate permit (the seed's worker asks `canProceed` before `next`); the
 //! permits record the start and the completion around the job.
 //!
+//! The permit a worker takes in `poll_ready` is counted when taken: a worker
+//! whose queue is empty holds it until a job comes, so after an idle spell
+//! the first job of each worker may follow the last one more closely than
+//! the rate allows (one job per worker at most).
+//!
 //! When the upstream answers `429` (or `503`), the job fails with a
 //! [`RetryableJobError`]: [`reschedule`] pushes the shared limiter back to
 //! the upstream's retry instant (every worker pauses) and the job goes back
-//! to the queue for that date. apalis-redis schedules in whole seconds, so a
-//! job runs at the first second boundary after its retry instant.
+//! to the queue for that date: as its next attempt, a new task scheduled
+//! with an idempotency key (apalis-redis 1.0 retries a failed task at a
+//! date of its own, whatever the error says). apalis-redis schedules in
+//! whole seconds, so a job runs at the first second boundary after its
+//! retry instant, at the back of the queue.
 //!
 //! Run it with Redis up:
 //!
