@@ -35,6 +35,10 @@
 //! `Retry-After` / `RateLimit` headers on the client, answers `429` with
 //! those headers on the server, and holds permits until response bodies end.
 //!
+//! The [`job`] module is for job-queue workers: when a job fails with a
+//! [`RetryableJobError`](job::RetryableJobError), [`job::reschedule`] says
+//! when to run it again and pushes the shared limiter back.
+//!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
 //! `2/500ms` and, with the `serde` cargo feature, reads them from a
 //! configuration file (see [`rate`]).
@@ -90,6 +94,7 @@ pub mod error;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod job;
 pub mod limit;
 mod limiter;
 mod limiters;
