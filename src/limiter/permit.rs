@@ -1,0 +1,384 @@
+//! [`Permit`] and [`Release`]: proof of admission, and what dropping it
+//! does.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What a limiter does when a [`Permit`] it granted goes away.
+///
+/// Implement it in a custom limiter that must learn about completions
+/// (a concurrency count, call durations). `token` is whatever the limiter
+/// put in the permit with [`Permit::new`], such as the start time.
+///
+/// Both methods take the `Arc` by value, so a limiter whose release is
+/// asynchronous (a store round trip) can move it into a spawned task.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+/// use tower_limits::{Permit, Release};
+///
+/// /// Counts calls in flight.
+/// #[derive(Default)]
+/// struct InFlight(AtomicUsize);
+///
+/// impl Release for InFlight {
+///     fn complete(self: Arc<Self>, _token: u64) {
+///         self.0.fetch_sub(1, SeqCst);
+///     }
+/// }
+///
+/// let in_flight = Arc::new(InFlight::default());
+/// in_flight.0.fetch_add(1, SeqCst); // admit a call...
+/// let permit = Permit::new(in_flight.clone(), 0); // ...and hand out its permit
+/// assert_eq!(in_flight.0.load(SeqCst), 1);
+/// drop(permit); // the call finished
+/// assert_eq!(in_flight.0.load(SeqCst), 0);
+/// ```
+pub trait Release: Send + Sync + 'static {
+    /// The permitted call has finished (successfully, with an error, or
+    /// because its future was dropped).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use tower_limits::{Permit, Release};
+    ///
+    /// /// Remembers the tokens of finished calls, in order.
+    /// #[derive(Default)]
+    /// struct Finished(Mutex<Vec<u64>>);
+    ///
+    /// impl Release for Finished {
+    ///     fn complete(self: Arc<Self>, token: u64) {
+    ///         self.0.lock().unwrap().push(token);
+    ///     }
+    /// }
+    ///
+    /// let finished = Arc::new(Finished::default());
+    /// let first = Permit::new(finished.clone(), 1);
+    /// let second = Permit::new(finished.clone(), 2);
+    /// drop(second);
+    /// drop(first);
+    /// assert_eq!(*finished.0.lock().unwrap(), [2, 1]);
+    /// ```
+    fn complete(self: Arc<Self>, token: u64);
+
+    /// The permit was never used: give the capacity back where the strategy
+    /// allows. By default the same as [`complete`](Release::complete).
+    ///
+    /// [`Limiter::refund`] calls it for a permit made with [`Permit::new`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::error::LimiterError;
+    /// use tower_limits::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+    ///
+    /// /// A daily quota: finished calls use it up, unused permits give it back.
+    /// struct Quota(AtomicUsize);
+    ///
+    /// impl Release for Quota {
+    ///     fn complete(self: Arc<Self>, _token: u64) {} // the unit is spent
+    ///     fn refund(self: Arc<Self>, _token: u64) {
+    ///         self.0.fetch_add(1, SeqCst);
+    ///     }
+    /// }
+    ///
+    /// struct QuotaLimiter(Arc<Quota>);
+    ///
+    /// impl Limiter for QuotaLimiter {
+    ///     fn try_acquire_many(&self, _cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    ///         let taken = self.0.0.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1));
+    ///         LimiterFuture::ready(Ok(match taken {
+    ///             Ok(_) => Admission::Granted(Permit::new(self.0.clone(), 0)),
+    ///             Err(_) => Admission::Denied(Denial::until(
+    ///                 Instant::now() + Duration::from_secs(86_400),
+    ///             )),
+    ///         }))
+    ///     }
+    ///     // The six other operations are trivial here (hidden).
+    /// #   fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> { LimiterFuture::ready(Ok(self.0.0.load(SeqCst) > 0)) }
+    /// #   fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> { LimiterFuture::ready(Ok(Instant::now())) }
+    /// #   fn set_next_available_time(&self, _at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// #   fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> { LimiterFuture::ready(Ok(())) }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LimiterError> {
+    /// let limiter = QuotaLimiter(Arc::new(Quota(AtomicUsize::new(2))));
+    /// let Admission::Granted(used) = limiter.try_acquire().await? else { unreachable!() };
+    /// drop(used); // the call ran: 1 left
+    /// let Admission::Granted(unused) = limiter.try_acquire().await? else { unreachable!() };
+    /// limiter.refund(unused); // never used: still 1 left
+    /// assert_eq!(limiter.0.0.load(SeqCst), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn refund(self: Arc<Self>, token: u64) {
+        self.complete(token);
+    }
+}
+
+/// Proof of admission. Dropping it records the call's completion.
+///
+/// A permit that was acquired but never used goes back with
+/// [`Limiter::refund`], which also returns rate quota (the start is erased)
+/// where the strategy allows it.
+///
+/// ```
+/// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = ConcurrencyLimiter::new(1)?;
+/// if let Admission::Granted(permit) = limiter.try_acquire().await? {
+///     assert_eq!(limiter.running(), 1);
+///     drop(permit); // the call finished
+/// }
+/// assert_eq!(limiter.running(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping a permit at once records the call as finished"]
+pub struct Permit {
+    kind: PermitKind,
+    cost: u32,
+}
+
+enum PermitKind {
+    Unit,
+    Token(u64),
+    Held {
+        release: Arc<dyn Release>,
+        token: u64,
+    },
+    Many(Vec<Permit>),
+    /// A second limiter's grant, kept apart from the wrapping limiter's own
+    /// (a [`Failover`](crate::Failover)'s fallback).
+    Wrapped(Box<Permit>),
+}
+
+impl Permit {
+    /// A permit with nothing to release (what [`NullLimiter`](crate::NullLimiter) grants).
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::unit().token(), None);
+    /// ```
+    #[inline]
+    pub fn unit() -> Self {
+        Self {
+            kind: PermitKind::Unit,
+            cost: 1,
+        }
+    }
+
+    /// A permit that tells `release` about the call's end, passing `token`:
+    /// for limiters that must learn of completions (a concurrency count,
+    /// call durations).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use tower_limits::{Permit, Release};
+    ///
+    /// struct LastFinished(AtomicU64);
+    /// impl Release for LastFinished {
+    ///     fn complete(self: Arc<Self>, token: u64) {
+    ///         self.0.store(token, Ordering::Relaxed);
+    ///     }
+    /// }
+    ///
+    /// let finished = Arc::new(LastFinished(AtomicU64::new(0)));
+    /// drop(Permit::new(finished.clone(), 7));
+    /// assert_eq!(finished.0.load(Ordering::Relaxed), 7);
+    /// ```
+    #[inline]
+    pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
+        Self {
+            kind: PermitKind::Held { release, token },
+            cost: 1,
+        }
+    }
+
+    /// A permit that only carries `token` (what the limiter recorded, such
+    /// as the start time) for its [`Limiter::refund`]; dropping it does
+    /// nothing. For limiters that count starts, not completions.
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::with_token(42).token(), Some(42));
+    /// ```
+    #[inline]
+    pub fn with_token(token: u64) -> Self {
+        Self {
+            kind: PermitKind::Token(token),
+            cost: 1,
+        }
+    }
+
+    /// A permit made of several, released together (a composite's grant).
+    ///
+    /// ```
+    /// use tower_limits::Permit;
+    ///
+    /// let permit = Permit::many(vec![Permit::unit(), Permit::with_token(1)]);
+    /// assert_eq!(permit.token(), None);
+    /// ```
+    pub fn many(permits: Vec<Permit>) -> Self {
+        let cost = permits.iter().map(Permit::cost).max().unwrap_or(1);
+        Self {
+            kind: PermitKind::Many(permits),
+            cost,
+        }
+    }
+
+    /// `permit`, wrapped so that its limiter's wrapper can tell it from its
+    /// own grants.
+    pub(crate) fn wrap(permit: Permit) -> Self {
+        Self {
+            cost: permit.cost,
+            kind: PermitKind::Wrapped(Box::new(permit)),
+        }
+    }
+
+    /// The permit inside a [`Permit::wrap`], if this is one.
+    pub(crate) fn wrapped_mut(&mut self) -> Option<&mut Permit> {
+        match &mut self.kind {
+            PermitKind::Wrapped(permit) => Some(permit),
+            _ => None,
+        }
+    }
+
+    /// The permit inside a [`Permit::wrap`]; otherwise the permit itself.
+    pub(crate) fn unwrap_wrapped(mut self) -> Result<Permit, Permit> {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Wrapped(permit) => Ok(*permit),
+            kind => {
+                self.kind = kind;
+                Err(self)
+            }
+        }
+    }
+
+    /// The token given to [`Permit::new`] or [`Permit::with_token`].
+    ///
+    /// ```
+    /// use tower_limits::Permit;
+    ///
+    /// assert_eq!(Permit::with_token(9).token(), Some(9));
+    /// assert_eq!(Permit::unit().token(), None);
+    /// ```
+    #[inline]
+    pub fn token(&self) -> Option<u64> {
+        match self.kind {
+            PermitKind::Token(token) | PermitKind::Held { token, .. } => Some(token),
+            PermitKind::Unit | PermitKind::Many(_) | PermitKind::Wrapped(_) => None,
+        }
+    }
+
+    /// The same permit for a call costing `cost` units (1 unless set).
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::with_token(7).with_cost(5).cost(), 5);
+    /// ```
+    pub fn with_cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// How many units the permitted call costs.
+    ///
+    /// ```
+    /// assert_eq!(tower_limits::Permit::unit().cost(), 1);
+    /// ```
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// The permits of a [`Permit::many`], in order; otherwise the permit itself.
+    pub(crate) fn into_parts(mut self) -> Vec<Permit> {
+        let cost = self.cost;
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Many(permits) => permits,
+            kind => vec![Permit { kind, cost }],
+        }
+    }
+
+    /// The token and cost, with the permit taken apart so that dropping it
+    /// records nothing: for a limiter's own [`Limiter::refund`].
+    pub(crate) fn disarm(mut self) -> (Option<u64>, u32) {
+        let token = self.token();
+        self.kind = PermitKind::Unit;
+        (token, self.cost)
+    }
+
+    /// Changes the cost (and, for a permit that has one, the token) after a
+    /// limiter settled it.
+    pub(crate) fn settled(&mut self, cost: u32, token: Option<u64>) {
+        self.cost = cost;
+        if let (Some(new), PermitKind::Token(token) | PermitKind::Held { token, .. }) =
+            (token, &mut self.kind)
+        {
+            *token = new;
+        }
+    }
+
+    /// The permits of a [`Permit::many`], to settle one by one.
+    pub(crate) fn parts_mut(&mut self) -> &mut [Permit] {
+        if !matches!(self.kind, PermitKind::Many(_)) {
+            return std::slice::from_mut(self);
+        }
+        match &mut self.kind {
+            PermitKind::Many(permits) => permits,
+            _ => &mut [],
+        }
+    }
+
+    /// Returns an unused permit through its [`Release::refund`], if it has one.
+    pub(crate) fn refund_held(mut self) {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Held { release, token } => release.refund(token),
+            PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund_held),
+            PermitKind::Wrapped(permit) => permit.refund_held(),
+            PermitKind::Unit | PermitKind::Token(_) => {}
+        }
+    }
+}
+
+impl Drop for Permit {
+    #[inline]
+    fn drop(&mut self) {
+        // The permits of in-memory rate limiters hold nothing: keep their
+        // drop to one test, inlined into the caller.
+        if matches!(self.kind, PermitKind::Held { .. } | PermitKind::Many(_)) {
+            self.release();
+        }
+    }
+}
+
+impl Permit {
+    #[cold]
+    #[inline(never)]
+    fn release(&mut self) {
+        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
+            PermitKind::Held { release, token } => release.complete(token),
+            // A `Many`'s permits release themselves as they drop.
+            other => drop(other),
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            PermitKind::Unit => f.write_str("Permit"),
+            PermitKind::Token(token) | PermitKind::Held { token, .. } => {
+                f.debug_struct("Permit").field("token", token).finish()
+            }
+            PermitKind::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),
+            PermitKind::Wrapped(permit) => f.debug_tuple("Permit").field(permit).finish(),
+        }
+    }
+}
