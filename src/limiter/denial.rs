@@ -1,4 +1,4 @@
-//! [`Admission`] and [`Denial`]: what a limiter answers, and when to ask
+//! [`Admission`] and [`Denial`](super::Denial): what a limiter answers, and when to ask
 //! again.
 
 use std::fmt;
@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Permit, ReleaseListener};
 
-/// The answer of [`Limiter::try_acquire`].
+/// The answer of [`Limiter::try_acquire`](super::Limiter::try_acquire).
 ///
 /// ```
 /// use std::time::Duration;
@@ -42,9 +42,9 @@ pub enum Admission {
 
 /// Why and until when a call was denied.
 ///
-/// A denial names either an instant ([`Denial::until`]) or a release event
-/// ([`Denial::until_released`]: a running call must finish first). Waiting on
-/// it ([`Denial::wait`]) sleeps exactly that long: no polling interval.
+/// A denial names either an instant ([`Denial::until`](super::Denial::until)) or a release event
+/// ([`Denial::until_released`](super::Denial::until_released): a running call must finish first). Waiting on
+/// it ([`Denial::wait`](super::Denial::wait)) sleeps exactly that long: no polling interval.
 ///
 /// ```
 /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};

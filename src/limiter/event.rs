@@ -9,7 +9,7 @@ use event_listener::{Event, EventListener};
 use super::Admission;
 
 /// Signals that capacity was released, waking callers denied with
-/// [`Denial::until_released`]. For custom limiters.
+/// [`Denial::until_released`](super::Denial::until_released). For custom limiters.
 ///
 /// [`notify`](ReleaseEvent::notify) costs one atomic load while nobody
 /// listens. For that to be race free, follow this protocol:
@@ -139,7 +139,7 @@ impl ReleaseEvent {
 
 /// A registration made by [`ReleaseEvent::listen`].
 ///
-/// Hand it to [`Denial::until_released`] or [`Denial::or_released`]. It
+/// Hand it to [`Denial::until_released`](super::Denial::until_released) or [`Denial::or_released`](super::Denial::or_released). It
 /// keeps a notification that arrives before anyone waits on it; dropping it
 /// withdraws the registration.
 ///

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// The future every [`Limiter`] method returns.
+/// The future every [`Limiter`](super::Limiter) method returns.
 ///
 /// In-memory limiters answer at once with [`LimiterFuture::ready`], which
 /// allocates nothing; limiters backed by a network store box their future
-/// with [`LimiterFuture::new`]. Keeping one concrete type keeps [`Limiter`]
+/// with [`LimiterFuture::new`]. Keeping one concrete type keeps [`Limiter`](super::Limiter)
 /// usable as a trait object, so different limiters sit side by side in a
 /// [`CompositeLimiter`](crate::CompositeLimiter).
 ///

@@ -65,7 +65,7 @@ pub trait Release: Send + Sync + 'static {
     /// The permit was never used: give the capacity back where the strategy
     /// allows. By default the same as [`complete`](Release::complete).
     ///
-    /// [`Limiter::refund`] calls it for a permit made with [`Permit::new`].
+    /// [`Limiter::refund`](super::Limiter::refund) calls it for a permit made with [`Permit::new`].
     ///
     /// ```
     /// use std::sync::Arc;
@@ -125,7 +125,7 @@ pub trait Release: Send + Sync + 'static {
 /// Proof of admission. Dropping it records the call's completion.
 ///
 /// A permit that was acquired but never used goes back with
-/// [`Limiter::refund`], which also returns rate quota (the start is erased)
+/// [`Limiter::refund`](super::Limiter::refund), which also returns rate quota (the start is erased)
 /// where the strategy allows it.
 ///
 /// ```
@@ -204,7 +204,7 @@ impl Permit {
     }
 
     /// A permit that only carries `token` (what the limiter recorded, such
-    /// as the start time) for its [`Limiter::refund`]; dropping it does
+    /// as the start time) for its [`Limiter::refund`](super::Limiter::refund); dropping it does
     /// nothing. For limiters that count starts, not completions.
     ///
     /// ```
@@ -307,7 +307,7 @@ impl Permit {
     }
 
     /// The token and cost, with the permit taken apart so that dropping it
-    /// records nothing: for a limiter's own [`Limiter::refund`].
+    /// records nothing: for a limiter's own [`Limiter::refund`](super::Limiter::refund).
     pub(crate) fn disarm(mut self) -> (Option<u64>, u32) {
         let token = self.token();
         self.kind = PermitKind::Unit;
