@@ -82,17 +82,11 @@ pub use permit::{Permit, Release};
 ///         };
 ///         LimiterFuture::ready(Ok(admission))
 ///     }
-///     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
-///         LimiterFuture::ready(Ok(self.0.load(Ordering::Acquire)))
-///     }
 ///     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
 ///         LimiterFuture::ready(Ok(()))
 ///     }
 ///     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
 ///         LimiterFuture::ready(Ok(()))
-///     }
-///     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
-///         LimiterFuture::ready(Ok(Instant::now()))
 ///     }
 ///     fn set_next_available_time(&self, _at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
 ///         LimiterFuture::ready(Ok(()))
@@ -108,10 +102,20 @@ pub use permit::{Permit, Release};
 /// let switch = Switch::default();
 /// assert!(!switch.can_proceed().await?);
 /// switch.clear().await?;
-/// assert!(switch.can_proceed().await?);
+/// assert!(switch.can_proceed().await?); // derived: a grant, refunded
 /// # Ok(())
 /// # }
 /// ```
+///
+/// Five operations are required: the atomic
+/// [`try_acquire_many`](Limiter::try_acquire_many) and the four of the seed
+/// that change state ([`record_start`](Limiter::record_start),
+/// [`record_completion`](Limiter::record_completion),
+/// [`set_next_available_time`](Limiter::set_next_available_time),
+/// [`clear`](Limiter::clear)). The questions
+/// ([`can_proceed`](Limiter::can_proceed), [`peek`](Limiter::peek),
+/// [`next_available_time`](Limiter::next_available_time)) are derived from
+/// a grant given back at once; override them to look without taking.
 pub trait Limiter: Send + Sync + 'static {
     /// Decides and records in one atomic step: either a [`Permit`] whose drop
     /// records the completion, or a [`Denial`] naming when to try again.
@@ -198,16 +202,19 @@ pub trait Limiter: Send + Sync + 'static {
     /// # Ok(())
     /// # }
     /// ```
-    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>>;
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        LimiterFuture::new(async move { Ok(self.peek(1).await?.is_none()) })
+    }
 
     /// What a call costing `cost` would get now, without recording
     /// anything: `None` if it would be admitted, else the [`Denial`] it
     /// would receive (an instant, or "when a running call completes").
     ///
     /// Like [`can_proceed`](Limiter::can_proceed), only a hint under
-    /// concurrency. The default asks `can_proceed` and
-    /// `next_available_time`, ignoring `cost`; the limiters of this crate
-    /// answer exactly.
+    /// concurrency. The default asks for a grant of `cost` and gives it back
+    /// at once ([`refund`](Limiter::refund)): exact for a limiter whose
+    /// refunds return everything; the limiters of this crate look without
+    /// taking.
     ///
     /// ```
     /// use std::time::Duration;
@@ -229,12 +236,14 @@ pub trait Limiter: Send + Sync + 'static {
     /// # }
     /// ```
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
-        let _ = cost;
         LimiterFuture::new(async move {
-            if self.can_proceed().await? {
-                return Ok(None);
+            match self.try_acquire_many(cost).await? {
+                Admission::Granted(permit) => {
+                    self.refund(permit);
+                    Ok(None)
+                }
+                Admission::Denied(denial) => Ok(Some(denial)),
             }
-            Ok(Some(Denial::until(self.next_available_time().await?)))
         })
     }
 
@@ -291,7 +300,14 @@ pub trait Limiter: Send + Sync + 'static {
     /// # Ok(())
     /// # }
     /// ```
-    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>>;
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        LimiterFuture::new(async move {
+            let now = Instant::now();
+            let denial = self.peek(1).await?;
+            let at = denial.and_then(|denial| denial.retry_at()).unwrap_or(now);
+            Ok(at.max(now))
+        })
+    }
 
     /// Imposes a pause: no call starts before `at` (for instance after an
     /// upstream 429 with `Retry-After`). It never shortens a wait the limiter

@@ -287,6 +287,23 @@ impl<S: QuotaStore> Limiter for BatchedLimiter<S> {
         })
     }
 
+    /// `None` if `cost` units are in hand, or a batch could be taken now.
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        let shared = &*self.shared;
+        if let Err(error) = CostTooHigh::check(cost, shared.batch as usize) {
+            return LimiterFuture::ready(Err(error));
+        }
+        if shared.tokens.load(Ordering::Relaxed) >= u64::from(cost) {
+            return LimiterFuture::ready(Ok(None));
+        }
+        LimiterFuture::new(async move {
+            if let Some(at) = shared.not_before() {
+                return Ok(Some(Denial::until(at)));
+            }
+            shared.quota.peek(shared.batch).await
+        })
+    }
+
     /// Spends a unit in hand, or takes one from the store even past the
     /// quota.
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
