@@ -98,6 +98,7 @@ pub mod job;
 pub mod limit;
 mod limiter;
 mod limiters;
+mod line;
 pub mod rate;
 mod start_log;
 pub mod store;

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::Options;
-use super::keyed::{KeepEstimate, RequestCost};
+use super::costs::{KeepEstimate, RequestCost};
 use super::per_request::sealed::Sealed;
 use super::per_request::{AdmitRequest, PerRequest};
-use super::waiting::{Queue, admit_in_line};
+use super::waiting::admit_in_line;
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
+use crate::line::Queue;
 
 /// Applies one limiter to a service, charging each request
 /// `cost_of(&request)` units in one decision: a batch of 5 downstream calls

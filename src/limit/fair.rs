@@ -12,13 +12,13 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::Options;
-use super::keyed::{KeepEstimate, RequestCost, UnitCost};
-use super::line::{Line, Order};
+use super::costs::{KeepEstimate, RequestCost, UnitCost};
 use super::per_request::sealed::Sealed;
 use super::per_request::{AdmitRequest, PerRequest};
 use super::waiting::admit_in_line;
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
+use crate::line::{Line, Order};
 
 type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
 

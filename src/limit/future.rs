@@ -31,7 +31,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::keyed::ResponseCost;
+use super::costs::ResponseCost;
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 

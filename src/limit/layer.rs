@@ -6,9 +6,9 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::cost::CostLimitLayer;
-use super::waiting::Queue;
 use super::{Limit, Options};
 use crate::limiter::Limiter;
+use crate::line::Queue;
 
 /// Applies a [`Limiter`](crate::Limiter) to a service; see the
 /// [module docs](crate::limit).

@@ -174,14 +174,14 @@ macro_rules! observing_methods {
 }
 
 mod cost;
+mod costs;
 mod fair;
 mod keyed;
 mod layer;
-mod line;
 mod observe;
 mod per_request;
 mod service;
-pub(crate) mod waiting;
+mod waiting;
 
 pub mod future;
 
@@ -191,8 +191,9 @@ use std::time::Duration;
 use observe::{Hook, Observer};
 
 pub use cost::{CostLimit, CostLimitLayer};
+pub use costs::{KeepEstimate, RequestCost, ResponseCost, UnitCost};
 pub use fair::{FairLimit, FairLimitLayer};
-pub use keyed::{KeepEstimate, KeyedLimit, KeyedLimitLayer, RequestCost, ResponseCost, UnitCost};
+pub use keyed::{KeyedLimit, KeyedLimitLayer};
 pub use layer::LimitLayer;
 pub use observe::{Decision, LayerStats, Outcome};
 pub use per_request::{AdmitRequest, PerRequest};

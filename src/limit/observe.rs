@@ -12,9 +12,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::waiting::WaitFuture;
 use crate::error::{BoxError, Elapsed, Overloaded, Rejected};
 use crate::limiter::Permit;
+
+/// A caller's wait for admission.
+pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
 
 /// How a layer decided one call.
 ///

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
+use super::costs::ResponseCost;
 use super::future::PerRequestFuture;
-use super::keyed::ResponseCost;
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 

@@ -8,9 +8,11 @@ use tower_service::Service;
 
 use super::Options;
 use super::future::ResponseFuture;
-use super::waiting::{NotYet, Queue, WaitFuture, try_at_once, wait_for_admission};
+use super::observe::WaitFuture;
+use super::waiting::{NotYet, try_at_once, wait_for_admission};
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
+use crate::line::Queue;
 
 /// Admits calls to `S` only when the limiter `L` allows; built by
 /// [`LimitLayer`](super::LimitLayer).

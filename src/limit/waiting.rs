@@ -15,12 +15,10 @@ use std::task::{Context, Poll, ready};
 use tokio::time::Instant;
 
 use super::Options;
-use super::line::{Line, Order, Place};
-use super::observe::{Observer, Outcome, failed_at_once};
+use super::observe::{Observer, Outcome, WaitFuture, failed_at_once};
 use crate::error::{BoxError, Elapsed, LimiterError, Rejected};
 use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
-
-pub(crate) use super::line::Queue;
+use crate::line::{Line, Order, Place};
 
 /// Why a caller was not admitted by its quick attempt.
 pub(crate) enum NotYet {
@@ -89,9 +87,6 @@ fn denied_at_once(
     }
     Ok(Err(NotYet::Denied(denial)))
 }
-
-/// A caller's wait for admission.
-pub(crate) type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, BoxError>> + Send>>;
 
 /// What a caller does once the quick attempt did not admit it: one more
 /// attempt in reject (or shadow) mode, else a wait bounded by the options.

@@ -11,8 +11,8 @@ use hashbrown::HashTable;
 
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, KeysFull, LimiterError};
-use crate::limit::waiting::Queue;
 use crate::limiter::{Admission, Limiter, LimiterFuture};
+use crate::line::Queue;
 
 /// The default bound on the number of keys held at once.
 const DEFAULT_MAX_KEYS: usize = 10_000;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota::{QuotaState, Row};
+use super::quota_state::{QuotaState, Row};
 use super::{nanos, signed};
 
 /// One fixed window state: its configuration and its row.

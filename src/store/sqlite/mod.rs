@@ -22,6 +22,7 @@ mod curve;
 mod fixed_window;
 mod lease;
 mod quota;
+mod quota_state;
 mod schema;
 mod sliding_log;
 mod sliding_window_counter;
