@@ -47,7 +47,7 @@ use crate::error::{BoxError, LimiterError};
 use crate::limiter::{Limiter, far_future};
 
 /// A job failed in a way worth retrying later, perhaps at an instant the
-/// failure named (the seed's `RetryableJobError`).
+/// failure named (a retryable job error).
 ///
 /// Give it to [`reschedule`] to learn when to run the job again.
 ///
@@ -262,7 +262,7 @@ impl Reschedule {
     }
 }
 
-/// When to run a job that failed with `error`, as the seed's worker decides:
+/// When to run a job that failed with `error`, as a rate-limited job worker decides:
 /// at the error's retry instant, after pushing `limiter` back to it
 /// ([`set_next_available_time`](Limiter::set_next_available_time), so that
 /// every worker sharing the limiter pauses until then); without one, at the

@@ -2,7 +2,7 @@
 //!
 //! Call quota-limited APIs without tripping their limits, keep services fair,
 //! and hold one limit across clones, workers and tasks. Every strategy
-//! implements one [`Limiter`] trait (the six operations of the Workglow limiter
+//! implements one [`Limiter`] trait (the six operations of the classic limiter
 //! interface plus an atomic acquire) and becomes a tower layer through
 //! [`LimitLayer`].
 //!

@@ -275,7 +275,7 @@ impl Rate {
     /// Shard `shard` of `shards`: the rate split so that the shares add up
     /// to exactly this rate, over the same period (shares differ by at most
     /// one call). Split a hot limit this way to spread its load over several
-    /// limiters, one per worker or per store key (seed 001: "give each of 4
+    /// limiters, one per worker or per store key ("give each of 4
     /// shards 25 tokens/sec and hash workers to shards").
     ///
     /// The shards together never admit more than this rate. The price is

@@ -70,7 +70,7 @@ impl<L> LimitLayer<L> {
 
     /// Past `max_waiting` callers already waiting, `poll_ready` fails at once
     /// with [`Overloaded`](crate::error::Overloaded) instead of queueing
-    /// without bound (seed 004's queue overflow). 0 means never wait.
+    /// without bound. 0 means never wait.
     ///
     /// The count includes the caller at the head of the line and, with a
     /// limiter that answers after a round trip, callers whose retry is in

@@ -121,8 +121,8 @@
 //! wait on the rate limit, and each starts the moment the rate limit admits
 //! it. The other order admits a caller by rate first and then makes it wait
 //! for a concurrency slot: it starts later than the rate limit recorded, so
-//! several delayed callers can start back to back and break the rate (seed
-//! 004, chaining rule 1; the `layer_order` test shows both).
+//! several delayed callers can start back to back and break the rate (the
+//! `layer_order` test shows both).
 
 /// The observing builder methods of a layer that has an `options` field,
 /// as [`LimitLayer`]'s, each documented with `$example` (a doctest that

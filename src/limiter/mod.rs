@@ -1,6 +1,6 @@
 //! The [`Limiter`] trait, its atomic acquire path and the permits it hands out.
 //!
-//! A limiter answers the six questions of the seed interface
+//! A limiter answers the six questions of the classic limiter interface
 //! ([`can_proceed`](Limiter::can_proceed), [`record_start`](Limiter::record_start),
 //! [`record_completion`](Limiter::record_completion),
 //! [`next_available_time`](Limiter::next_available_time),
@@ -48,7 +48,7 @@ pub use event::{ReleaseEvent, ReleaseListener};
 pub use future::LimiterFuture;
 pub use permit::{Permit, Release};
 
-/// A limiting strategy: the seed's six operations plus an atomic acquire.
+/// A limiting strategy: the six classic operations plus an atomic acquire.
 ///
 /// Implement it for your own strategy and it works with
 /// [`LimitLayer`](crate::LimitLayer) and inside a [`CompositeLimiter`](crate::CompositeLimiter).
@@ -108,7 +108,7 @@ pub use permit::{Permit, Release};
 /// ```
 ///
 /// Five operations are required: the atomic
-/// [`try_acquire_many`](Limiter::try_acquire_many) and the four of the seed
+/// [`try_acquire_many`](Limiter::try_acquire_many) and the four classic ones
 /// that change state ([`record_start`](Limiter::record_start),
 /// [`record_completion`](Limiter::record_completion),
 /// [`set_next_available_time`](Limiter::set_next_available_time),

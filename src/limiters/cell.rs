@@ -388,7 +388,7 @@ impl Cells {
             .map(|at| Denial::until(self.clock.instant_at(at))))
     }
 
-    /// Takes one cell whether or not it conforms (the seed's `record_start`):
+    /// Takes one cell whether or not it conforms (the interface's `record_start`):
     /// a start the limiter did not admit still counts against later ones.
     pub(super) fn take_one(&self) {
         let now = self.clock.now_nanos();

@@ -299,7 +299,7 @@ impl Slots {
     }
 
     /// Takes `count` slots of `generation` (of any, if `None`) whatever the
-    /// maximum: the seed's `record_start`, or a settled cost above the
+    /// maximum: the interface's `record_start`, or a settled cost above the
     /// estimate. Returns how many it took: fewer only where the count would
     /// overflow its half of the word, none for an old generation.
     fn force_take(&self, generation: Option<u64>, count: u64) -> u64 {

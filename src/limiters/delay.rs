@@ -44,11 +44,11 @@ struct DelayState {
     clock: Clock,
 }
 
-/// The seed's default delay.
+/// The default delay.
 const DEFAULT_DELAY: Duration = Duration::from_millis(50);
 
 impl Default for DelayLimiter {
-    /// A limiter with the seed's default delay of 50 ms.
+    /// A limiter with a default delay of 50 ms.
     fn default() -> Self {
         Self::build(duration_nanos(DEFAULT_DELAY), Clock::default())
     }

@@ -37,8 +37,8 @@ use crate::rate::Rate;
 /// * Not when bursts matter: it **admits up to twice the limit across a
 ///   boundary**. `max_executions` calls at the very end of one window and
 ///   `max_executions` more at the very start of the next all pass, so a span
-///   much shorter than `window` can hold `2 × max_executions` starts (seed
-///   001: 1,000 at 11:00:59 and 1,000 at 11:01:00). Prefer
+///   much shorter than `window` can hold `2 × max_executions` starts (1,000
+///   at 11:00:59 and 1,000 at 11:01:00). Prefer
 ///   [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter)
 ///   (same cost, bounded boundary error) or [`RateLimiter`](crate::RateLimiter)
 ///   (an exact sliding log) when any rolling window must hold the limit.

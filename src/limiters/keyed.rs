@@ -26,7 +26,7 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// Keeps one limiter per key, made on first use by a function you give, so
 /// every tenant (API key, route, peer address) gets its own limit.
 ///
-/// Conveyor-style per-group limits are keyed limits: one sliding window per
+/// Per-group limits (one limit per queue, job type or tenant) are keyed limits: one sliding window per
 /// group.
 ///
 /// # Memory is bounded
@@ -83,7 +83,7 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 ///
 /// One key's limiter is one point every caller of that key goes through: a
 /// shared counter in memory, one slot in Redis. Where a key is too hot for
-/// that, split it into shards (seed 001): key the limiter by `(key, shard)`,
+/// that, split it into shards: key the limiter by `(key, shard)`,
 /// give each shard its [`Rate::share`](crate::Rate::share) of the rate, and
 /// let each worker use its own shard. The shards together never exceed the
 /// key's rate; the looser part is that a worker gets its shard's share, not

@@ -17,7 +17,7 @@ use crate::rate::Rate;
 
 /// Starts calls at a constant drip of `count` per `period`, never faster and
 /// never in bursts, and queues at most `queue_capacity` callers behind the
-/// drip: the leaky bucket *as a queue* of seed 001.
+/// drip: the leaky bucket *as a queue*.
 ///
 /// # How it works
 ///

@@ -15,7 +15,7 @@ use crate::limiter::{
 use crate::rate::Rate;
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
-/// At most `max_executions` starts in any sliding `window`, with the seed's
+/// At most `max_executions` starts in any sliding `window`, with the classic
 /// exponential backoff and full jitter once the window fills.
 ///
 /// The window is kept in a [store](crate::store): [`MemoryStore`] by default,

@@ -29,8 +29,8 @@ use crate::rate::Rate;
 /// # When to pick it
 ///
 /// When a downstream publishes "`R` per second on average, bursts of up to
-/// `B`", which is how most rate-limited APIs state their contract (seed
-/// 001's default recommendation). It tolerates short spikes and enforces the
+/// `B`", which is how most rate-limited APIs state their contract (and the
+/// usual recommendation for job workers). It tolerates short spikes and enforces the
 /// average; for smooth output with no bursts use a capacity of 1, or
 /// [`GcraLimiter`](crate::GcraLimiter), which reports redis-cell's numbers
 /// for `RateLimit` headers. For batches, ask for all the tokens in one

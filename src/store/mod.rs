@@ -10,12 +10,12 @@
 //!
 //! | Trait | State per key | Limiter on top |
 //! |---|---|---|
-//! | [`RateLimiterStore`] | a sliding log of starts, the seed's backoff and pause | [`RateLimiter<S>`](crate::RateLimiter) |
+//! | [`RateLimiterStore`] | a sliding log of starts, the classic backoff and pause | [`RateLimiter<S>`](crate::RateLimiter) |
 //! | [`QuotaStore`] | a [`Quota`]'s few numbers (GCRA's TAT, a window's counters) and a pause | [`SharedLimiter<S>`](crate::SharedLimiter) |
 //! | [`LeaseStore`] | leased concurrency slots that expire unless renewed, and a pause | [`LeasedConcurrencyLimiter<S>`](crate::LeasedConcurrencyLimiter) |
 //! | [`CurveStore`] (with [`QuotaStore`]) | the rate an adaptive limiter learned, one record written by compare-and-set | [`AdaptiveRateLimiter<SharedPacer<S>>`](crate::AdaptiveRateLimiterBuilder::build_shared) |
 //!
-//! [`RateLimiterStore`] also has the seed's storage operations (record an
+//! [`RateLimiterStore`] also has the classic storage operations (record an
 //! execution, count executions, the oldest execution at an offset, the next
 //! available time, clear, set up). [`QuotaStore`] decides GCRA and the token
 //! bucket (one algorithm, configured two ways), the fixed window and the
@@ -208,7 +208,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     /// ```
     fn key(&self, name: &str) -> Self::Key;
 
-    /// Creates whatever the store needs (tables, scripts); the seed's
+    /// Creates whatever the store needs (tables, scripts); the classic
     /// `setupDatabase`. Idempotent.
     ///
     /// Run it once at start-up, before the first limiter uses the store.
@@ -269,7 +269,7 @@ pub trait RateLimiterStore: Send + Sync + 'static {
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
 
     /// Records a start whether or not the window had room, then applies the
-    /// backoff if the window is full (the seed's `recordJobStart`).
+    /// backoff if the window is full (`record_start`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -678,7 +678,7 @@ impl WindowPolicy {
 }
 
 /// Exponential backoff with full jitter, applied when a start fills the
-/// window (the seed's rule):
+/// window (the classic rule):
 ///
 /// ```text
 /// backoff       = min(current * multiplier, max)

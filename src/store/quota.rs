@@ -363,7 +363,7 @@ pub trait QuotaStore: Send + Sync + 'static {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
-    /// Takes one unit whether or not the quota has room (the seed's
+    /// Takes one unit whether or not the quota has room (the classic
     /// `record_start`): a start nobody admitted still counts.
     ///
     /// ```

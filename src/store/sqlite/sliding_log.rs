@@ -1,4 +1,4 @@
-//! [`RateLimiterStore`] for [`SqliteStore`]: the sliding log and the seed's
+//! [`RateLimiterStore`] for [`SqliteStore`]: the sliding log and the classic
 //! backoff, by the rules of `MemoryStore` and `sliding_log.lua`.
 //!
 //! Starts are rows of `tower_limits_starts` (one per unit of cost, at the
