@@ -43,6 +43,48 @@
 //! `2/500ms` and, with the `serde` cargo feature, reads them from a
 //! configuration file (see [`rate`]).
 //!
+//! # Which limiter do I need?
+//!
+//! - **An API says "N requests per second/minute"**: [`GcraLimiter`] with a
+//!   burst of 2 (exact pacing, absorbs late timer wake-ups), or
+//!   [`TokenBucketLimiter`] if the API states a bucket size; a
+//!   [`RateLimiter`] if you want the exact sliding log of starts.
+//! - **You do not know the limit, or it changes**: [`AdaptiveRateLimiter`]
+//!   with `http::FeedbackLayer::adaptive` (feature `http`).
+//! - **A downstream that must never see a burst** (a fragile database, a
+//!   legacy system): [`LeakyBucketLimiter`] or [`EvenlySpacedRateLimiter`].
+//! - **At most N calls at once** (connections, CPU, GPU): [`ConcurrencyLimiter`];
+//!   [`AdaptiveConcurrencyLimiter`] if the right N depends on how the
+//!   upstream copes; put concurrency *outside* rate in a stack.
+//! - **Per tenant, per API key, per route**: a [`KeyedLimiter`] through
+//!   [`KeyedLimitLayer`]; one shared limit split fairly among tenants:
+//!   [`FairLimitLayer`]; a server answering `429` per client:
+//!   `http::TooManyRequestsLayer`.
+//! - **A fleet of processes behind one limit**: [`SharedLimiter`] (a store
+//!   decides every call), [`BatchedLimiter`] (batches, for high rates),
+//!   [`LeasedConcurrencyLimiter`] (slots); wrap in [`Failover`] to choose
+//!   what happens when the store is down.
+//! - **Costs that vary per call** (tokens of an LLM API): any limiter with
+//!   `try_acquire_many(cost)`, [`LimitLayer::cost`], and settling the real
+//!   cost from the response.
+//!
+//! # Cargo features
+//!
+//! Nothing is on by default.
+//!
+//! | Feature | What it adds |
+//! |---|---|
+//! | `serde` | [`Rate`] as a string in configuration files |
+//! | `http` | the `http` module: upstream feedback, retries, `429` answers, permits held by bodies |
+//! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
+//! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
+//! | `metrics` | counters, a histogram and a gauge of observed layers through the `metrics` facade |
+//! | `redis` | `store::RedisStore` |
+//! | `redis-cluster` | `redis`, and Redis Cluster for `store::RedisStore` |
+//! | `postgres` | `store::PostgresStore` |
+//! | `sqlite` | `store::SqliteStore` (SQLite compiled in) |
+//! | `full` | all of the above |
+//!
 //! # Example
 //!
 //! ```
