@@ -161,9 +161,9 @@ pub use limiter::{
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,
     AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter, DelayLimiter,
-    EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, GcraState, KeyedLimiter,
-    KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter, RateLimiterBuilder,
-    SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    EvenlySpacedRateLimiter, FixedWindowLimiter, FreshLimiter, GcraLimiter, GcraState,
+    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter,
+    RateLimiterBuilder, SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use limiters::{
     BatchedLimiter, BatchedLimiterBuilder, Failover, LeasedConcurrencyLimiter, OutagePolicy,

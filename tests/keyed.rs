@@ -201,3 +201,28 @@ async fn a_lone_worker_gets_its_shard_not_the_whole_rate() {
     assert_eq!(busiest_second(&admitted), 25);
     assert_eq!(admitted.len(), 75);
 }
+
+/// A template validated once gives every key a limiter of its own: keys
+/// do not share state with each other or with the template.
+#[tokio::test(start_paused = true)]
+async fn keys_of_a_template_each_get_a_fresh_limiter() {
+    use tower_limits::{Admission, FreshLimiter, GcraLimiter, KeyedLimiter, Limiter};
+    let template = GcraLimiter::new(1, std::time::Duration::from_secs(1)).unwrap();
+    drop(template.try_acquire().await.unwrap()); // the template's own state is used up
+    let keyed = KeyedLimiter::of(template.clone()).build().unwrap();
+    for key in ["a", "b", "c"] {
+        assert!(matches!(
+            keyed.try_acquire(&key).await.unwrap(),
+            Admission::Granted(_)
+        ));
+        assert!(matches!(
+            keyed.try_acquire(&key).await.unwrap(),
+            Admission::Denied(_)
+        ));
+    }
+    assert!(matches!(
+        template.fresh().try_acquire().await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert_eq!(keyed.limiter(&"a").unwrap().interval(), template.interval());
+}

@@ -339,6 +339,22 @@ impl Slots {
     }
 }
 
+impl crate::FreshLimiter for ConcurrencyLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::ConcurrencyLimiter::new(4)?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self::build(self.max_concurrent(), self.state.clock.clone())
+    }
+}
+
 impl Limiter for ConcurrencyLimiter {
     #[inline]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {

@@ -229,6 +229,22 @@ impl DelayState {
     }
 }
 
+impl crate::FreshLimiter for DelayLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::DelayLimiter::new(std::time::Duration::from_millis(10))?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self::build(self.state.delay(), self.state.clock.clone())
+    }
+}
+
 impl Limiter for DelayLimiter {
     #[inline]
     /// A start costing `cost` keeps the next one `cost` delays away.

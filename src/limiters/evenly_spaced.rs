@@ -272,6 +272,26 @@ impl SpacingState {
     }
 }
 
+impl crate::FreshLimiter for EvenlySpacedRateLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::EvenlySpacedRateLimiter::new(10, std::time::Duration::from_secs(1))?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self::build(
+            self.state.max_executions,
+            self.state.window,
+            self.state.clock.clone(),
+        )
+    }
+}
+
 impl Limiter for EvenlySpacedRateLimiter {
     /// A call costing `cost` counts as `cost` starts and is followed by
     /// `cost` intervals.

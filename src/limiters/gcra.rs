@@ -373,6 +373,24 @@ impl GcraLimiter {
     }
 }
 
+impl crate::FreshLimiter for GcraLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::GcraLimiter::new(10, std::time::Duration::from_secs(1))?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self {
+            cells: Cells::shared(self.cells.config(), self.cells.clock().clone()),
+        }
+    }
+}
+
 impl_limiter_for_cells!(GcraLimiter);
 
 impl fmt::Debug for GcraLimiter {

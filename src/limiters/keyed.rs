@@ -177,6 +177,30 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     L: Limiter + Clone,
 {
+    /// Starts building a keyed limiter that gives every key a limiter like
+    /// `template`: the same configuration (validated once, when `template`
+    /// was built), with a state of its own.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, GcraLimiter, KeyedLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_tenant = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(1))?).build()?;
+    /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Granted(_)));
+    /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Denied(_)));
+    /// assert!(matches!(per_tenant.try_acquire(&"globex").await?, Admission::Granted(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn of(template: L) -> KeyedLimiterBuilder<K, L>
+    where
+        L: FreshLimiter,
+    {
+        Self::builder(move |_| template.fresh())
+    }
+
     /// Starts building a keyed limiter whose per-key limiters `make` creates.
     ///
     /// ```
@@ -556,7 +580,31 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
     }
 }
 
-/// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`].
+/// A limiter that can make another with its configuration and none of its
+/// state: the template of [`KeyedLimiter::of`], which gives each key its
+/// own. The in-memory limiters of this crate are; implement it for yours
+/// to use them as templates.
+///
+/// ```
+/// use tower_limits::{ConcurrencyLimiter, FreshLimiter, LimiterExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let template = ConcurrencyLimiter::new(1)?;
+/// let _held = template.acquire().await?;
+/// let fresh = template.fresh();
+/// assert_eq!((fresh.max_concurrent(), fresh.running()), (1, 0));
+/// # Ok(())
+/// # }
+/// ```
+pub trait FreshLimiter: Limiter + Sized {
+    /// A limiter with this one's configuration (and clock) and a state of
+    /// its own, as new.
+    fn fresh(&self) -> Self;
+}
+
+/// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`]
+/// or [`KeyedLimiter::of`].
 ///
 /// ```
 /// use std::time::Duration;

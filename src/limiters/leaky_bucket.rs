@@ -469,6 +469,22 @@ impl Unbook for BucketState {
     }
 }
 
+impl crate::FreshLimiter for LeakyBucketLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::LeakyBucketLimiter::new(10, std::time::Duration::from_secs(1), 5)?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self::build(self.state.config, self.state.clock.clone())
+    }
+}
+
 impl Limiter for LeakyBucketLimiter {
     /// Starts a call costing `cost` if the drip is free (it then occupies
     /// `cost` intervals); else books its slot and names it, or fails with

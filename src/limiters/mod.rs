@@ -36,7 +36,7 @@ pub use evenly_spaced::EvenlySpacedRateLimiter;
 pub use failover::{Failover, OutagePolicy};
 pub use fixed_window::FixedWindowLimiter;
 pub use gcra::{GcraLimiter, GcraState};
-pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
+pub use keyed::{FreshLimiter, KeyedLimiter, KeyedLimiterBuilder};
 pub use leaky_bucket::LeakyBucketLimiter;
 pub use leased::LeasedConcurrencyLimiter;
 pub use null::NullLimiter;

@@ -23,6 +23,22 @@ use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NullLimiter;
 
+impl crate::FreshLimiter for NullLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::NullLimiter;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self
+    }
+}
+
 impl Limiter for NullLimiter {
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         LimiterFuture::ready(Ok(Admission::Granted(Permit::unit().with_cost(cost))))

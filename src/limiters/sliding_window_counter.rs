@@ -374,6 +374,22 @@ impl WindowState for SlidingState {
     }
 }
 
+impl crate::FreshLimiter for SlidingWindowCounterLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::SlidingWindowCounterLimiter::new(10, std::time::Duration::from_secs(1))?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self::build(self.state.windows, self.state.clock.clone())
+    }
+}
+
 impl_limiter_for_windows!(SlidingWindowCounterLimiter);
 
 impl fmt::Debug for SlidingWindowCounterLimiter {

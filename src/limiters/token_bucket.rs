@@ -278,6 +278,24 @@ impl TokenBucketLimiter {
     }
 }
 
+impl crate::FreshLimiter for TokenBucketLimiter {
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::TokenBucketLimiter::new(10, 10, std::time::Duration::from_secs(1))?;
+    /// let fresh = template.fresh();
+    /// # let _ = fresh;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        Self {
+            cells: Cells::shared(self.cells.config(), self.cells.clock().clone()),
+        }
+    }
+}
+
 impl_limiter_for_cells!(TokenBucketLimiter);
 
 impl fmt::Debug for TokenBucketLimiter {
