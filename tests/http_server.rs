@@ -120,6 +120,31 @@ async fn a_sub_second_wait_is_advertised_as_one_second_not_zero() {
     assert_eq!(refused.headers()["retry-after"], "1");
 }
 
+/// A request without a peer address (axum served without connect info)
+/// has no key: it is answered 500, never counted under a key shared by
+/// every such request, so it cannot use up another client's quota.
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_peer_address_is_answered_500_and_keyed_nowhere() {
+    let per_peer = per_peer_rate(1, Duration::from_secs(60));
+    let mut service = TooManyRequestsLayer::new(per_peer.clone()).layer(hello());
+    for _ in 0..3 {
+        let response = send(&mut service, Request::new(())).await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().get("retry-after").is_none());
+    }
+    assert!(
+        per_peer.is_empty(),
+        "no key was made for peer-less requests"
+    );
+    let grpc = with_header(Request::new(()), "content-type", "application/grpc");
+    let response = send(&mut service, grpc).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["grpc-status"], "13");
+    // A client with an address still has its own quota.
+    let response = send(&mut service, from("192.0.2.1:1")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
 #[tokio::test(start_paused = true)]
 async fn grpc_requests_get_resource_exhausted() {
     let mut service =

@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 const GRPC_INVALID_ARGUMENT: &str = "3";
 /// gRPC's `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: &str = "14";
+/// gRPC's `INTERNAL`.
+const GRPC_INTERNAL: &str = "13";
 
 /// Limits a server per client (peer address by default) and answers an
 /// over-limit request at once, without calling the service:
@@ -62,6 +65,13 @@ const GRPC_UNAVAILABLE: &str = "14";
 /// ([`LimitBody`]), so a concurrency limit holds for streaming responses.
 /// When the limiter itself fails (an unreachable store) the answer is
 /// `503 Service Unavailable` (gRPC `UNAVAILABLE`), with a warning logged.
+/// A request without a key (the default [`PeerKey`] finds no peer address:
+/// an axum app served without
+/// `into_make_service_with_connect_info::<SocketAddr>()`, a hyper server
+/// that does not insert [`PeerAddr`](super::PeerAddr)) is answered `500
+/// Internal Server Error` (gRPC `INTERNAL`), and the layer logs an error
+/// saying so the first time: keying such requests together would turn a
+/// limit per client into one limit for everyone.
 ///
 /// The service is `Clone` and never fails by itself, so it fits axum's
 /// `Router::layer`, tonic's `Server::layer` and hyper.
@@ -111,6 +121,8 @@ pub struct TooManyRequestsLayer<K, L, X = PeerKey> {
     key_of: Arc<X>,
     cost_of: Option<Arc<CostOf>>,
     advertise: Arc<Advertise>,
+    /// Whether a request without a key was logged already.
+    keyless_logged: Arc<AtomicBool>,
 }
 
 /// The cost of a request, from its head.
@@ -172,6 +184,7 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
             key_of: Arc::new(key_of),
             cost_of: None,
             advertise: Arc::default(),
+            keyless_logged: Arc::default(),
         }
     }
 
@@ -319,6 +332,7 @@ impl<K, L, X> Clone for TooManyRequestsLayer<K, L, X> {
             key_of: Arc::clone(&self.key_of),
             cost_of: self.cost_of.clone(),
             advertise: Arc::clone(&self.advertise),
+            keyless_logged: Arc::clone(&self.keyless_logged),
         }
     }
 }
@@ -388,13 +402,19 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let (head, body) = request.into_parts();
-        let key = self.layer.key_of.key_of(&head);
+        let grpc = is_grpc(&head.headers);
+        let Some(key) = self.layer.key_of.key_of(&head) else {
+            self.layer.keyless();
+            let response = internal_error(grpc);
+            return ResponseFuture {
+                future: Box::pin(async move { Ok(response) }),
+            };
+        };
         let cost = self
             .layer
             .cost_of
             .as_ref()
             .map_or(1, |cost_of| cost_of(&head));
-        let grpc = is_grpc(&head.headers);
         let request = Request::from_parts(head, body);
         // The ready service goes into the future; this one takes its place.
         let clone = self.inner.clone();
@@ -424,6 +444,20 @@ where
         };
         ResponseFuture {
             future: Box::pin(future),
+        }
+    }
+}
+
+impl<K, L, X> TooManyRequestsLayer<K, L, X> {
+    /// Logs, the first time only, that a request had no key.
+    fn keyless(&self) {
+        if !self.keyless_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "TooManyRequestsLayer: a request has no key (no peer address: serve axum with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`, or insert `PeerAddr` \
+                 where connections are accepted); answering 500 Internal Server Error to \
+                 every such request (logged once)"
+            );
         }
     }
 }
@@ -516,7 +550,6 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The answer when the limiter failed.
 /// The answer to a request the limiter failed on: 413 for a cost it can
 /// never grant, else 503.
 fn refusal<B>(error: &LimiterError, grpc: bool) -> Response<LimitBody<B>> {
@@ -524,21 +557,46 @@ fn refusal<B>(error: &LimiterError, grpc: bool) -> Response<LimitBody<B>> {
         tracing::warn!(%error, "limiter failed: answering 503");
         return unavailable(grpc);
     };
-    let mut response = Response::new(LimitBody::empty());
-    if grpc {
-        grpc_status(&mut response, GRPC_INVALID_ARGUMENT, &too_high.to_string());
-    } else {
-        *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-    }
-    response
+    let message = too_high.to_string();
+    failure(
+        grpc,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        GRPC_INVALID_ARGUMENT,
+        &message,
+    )
 }
 
 fn unavailable<B>(grpc: bool) -> Response<LimitBody<B>> {
+    failure(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        GRPC_UNAVAILABLE,
+        "rate limiter unavailable",
+    )
+}
+
+/// The answer to a request without a key.
+fn internal_error<B>(grpc: bool) -> Response<LimitBody<B>> {
+    failure(
+        grpc,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        GRPC_INTERNAL,
+        "rate limit key missing",
+    )
+}
+
+/// An empty answer with `status`, or for gRPC with `grpc` and `message`.
+fn failure<B>(
+    grpc: bool,
+    status: StatusCode,
+    grpc_code: &'static str,
+    message: &str,
+) -> Response<LimitBody<B>> {
     let mut response = Response::new(LimitBody::empty());
     if grpc {
-        grpc_status(&mut response, GRPC_UNAVAILABLE, "rate limiter unavailable");
+        grpc_status(&mut response, grpc_code, message);
     } else {
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        *response.status_mut() = status;
     }
     response
 }
