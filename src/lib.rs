@@ -92,6 +92,7 @@ pub mod http;
 pub mod limit;
 mod limiter;
 mod limiters;
+mod quota_status;
 pub mod rate;
 mod start_log;
 pub mod store;
@@ -117,4 +118,5 @@ pub use limiters::{
     SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use limiters::{Failover, LeasedConcurrencyLimiter, OutagePolicy, SharedLimiter};
+pub use quota_status::QuotaStatus;
 pub use rate::{ParseRateError, Rate};
