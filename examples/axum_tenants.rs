@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_limits::error::BoxError;
-use tower_limits::http::{RateLimitPolicy, TooManyRequestsLayer};
+use tower_limits::http::TooManyRequestsLayer;
 use tower_limits::{GcraLimiter, KeyedLimiter, RateLimiter};
 
 /// Each tenant: 2 requests per 10 s.
@@ -44,13 +44,12 @@ pub fn app(per_peer: KeyedLimiter<IpAddr, GcraLimiter>) -> Result<Router, BoxErr
     })
     .max_keys(10_000)
     .build()?;
-    let policy = RateLimitPolicy::new("tenant", TENANT_QUOTA as u64, TENANT_WINDOW)?;
     let limits = ServiceBuilder::new()
         // Outermost: a flood from one address is turned away first.
         .layer(TooManyRequestsLayer::new(per_peer))
         .layer(
             TooManyRequestsLayer::with_key(per_tenant, tenant_of)
-                .policy(policy)
+                .advertise("tenant")? // RateLimit-Policy: "tenant";q=2;w=10
                 .headers_on_success(),
         );
     Ok(Router::new()

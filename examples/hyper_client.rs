@@ -45,7 +45,7 @@ pub async fn run(requests: u32) -> Result<Summary, BoxError> {
         .build()?;
     let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::new().limiter(rate.clone())))
+        .layer(RetryLayer::new(RetryPolicy::new().wait_for(rate.clone())))
         .layer(FeedbackLayer::new(rate.clone()))
         .layer(HttpLimitLayer::new(ConcurrencyLimitLayer::new(
             ConcurrencyLimiter::new(4)?,

@@ -64,7 +64,7 @@ pub async fn run(requests: u32) -> Result<Summary, BoxError> {
         .without_backoff()
         .build()?;
     let mut client = ServiceBuilder::new()
-        .layer(RetryLayer::new(RetryPolicy::new().limiter(rate.clone())))
+        .layer(RetryLayer::new(RetryPolicy::new().wait_for(rate.clone())))
         .layer(FeedbackLayer::new(rate.clone()))
         .layer(RateLimitLayer::new(rate))
         .service(Reqwest::default());

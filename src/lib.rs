@@ -141,6 +141,7 @@ pub mod limit;
 mod limiter;
 mod limiters;
 mod line;
+mod quota_status;
 pub mod rate;
 mod start_log;
 pub mod store;
@@ -169,4 +170,5 @@ pub use limiters::{
     BatchedLimiter, BatchedLimiterBuilder, Failover, LeasedConcurrencyLimiter, OutagePolicy,
     SharedLimiter,
 };
+pub use quota_status::QuotaStatus;
 pub use rate::{ParseRateError, Rate};

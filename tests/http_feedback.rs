@@ -305,7 +305,7 @@ async fn an_exhausted_quota_pauses_before_any_429() {
 #[tokio::test(start_paused = true)]
 async fn every_limiter_given_is_paused_and_garbage_is_ignored() {
     let (first, second) = (unlimited(), unlimited());
-    let layer = FeedbackLayer::new(first.clone()).limiter(second.clone());
+    let layer = FeedbackLayer::new(first.clone()).also_pause(second.clone());
     let slow_down = answering(StatusCode::SERVICE_UNAVAILABLE, &[("retry-after", "3")]);
     assert_eq!(
         pause_after(layer.clone(), &first, slow_down).await,

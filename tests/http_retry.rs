@@ -116,7 +116,7 @@ async fn waits_for_the_limiter_when_it_is_paused_longer() {
         .set_next_available_time(start + Duration::from_secs(7))
         .await
         .unwrap();
-    let policy = RetryPolicy::new().limiter(paused);
+    let policy = RetryPolicy::new().wait_for(paused);
     let mut client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .service(upstream);
@@ -139,7 +139,7 @@ async fn a_limiter_paused_past_max_wait_gives_up_at_once() {
     paused.set_next_available_time(start + hour).await.unwrap();
     let policy = RetryPolicy::new()
         .max_wait(Duration::from_secs(10))
-        .limiter(paused);
+        .wait_for(paused);
     let mut client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .service(upstream);
@@ -187,7 +187,7 @@ async fn a_store_backed_limiter_never_stretches_the_sleep_past_max_wait() {
     let start = Instant::now();
     let policy = RetryPolicy::new()
         .max_wait(Duration::from_secs(10))
-        .limiter(RemotePause(start + Duration::from_secs(3_600)));
+        .wait_for(RemotePause(start + Duration::from_secs(3_600)));
     let mut client = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .service(upstream);

@@ -14,13 +14,15 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Channel, Full};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt, service_fn};
+use tower_limits::error::LimiterError;
 use tower_limits::http::{
-    ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, RateLimitPolicy, TooManyRequestsLayer,
-    TrustedProxies,
+    ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, TooManyRequestsLayer, TrustedProxies,
 };
 use tower_limits::{
-    ConcurrencyLimitLayer, ConcurrencyLimiter, KeyedLimiter, RateLimiter, TokenBucketLimiter,
+    Admission, ConcurrencyLimitLayer, ConcurrencyLimiter, Denial, KeyedLimiter, Limiter,
+    LimiterFuture, QuotaStatus, RateLimiter, TokenBucketLimiter,
 };
 
 fn per_peer_rate(max: usize, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
@@ -67,11 +69,16 @@ fn with_header(mut request: Request<()>, name: &'static str, value: &str) -> Req
     request
 }
 
+/// `RateLimit`'s `t` is the draft's time until more quota is available,
+/// on a 200 as on the 429 that follows it: with none left after the second
+/// request, the time until the first leaves the window (not until the whole
+/// quota is back), one second more than on the refusal a second later.
+/// `RateLimit-Policy` is the limiter's own quota.
 #[tokio::test(start_paused = true)]
 async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
-    let policy = RateLimitPolicy::new("default", 2, Duration::from_secs(10)).unwrap();
     let layer = TooManyRequestsLayer::new(per_peer_rate(2, Duration::from_secs(10)))
-        .policy(policy)
+        .advertise("default")
+        .unwrap()
         .headers_on_success();
     let mut service = layer.layer(hello());
 
@@ -83,7 +90,8 @@ async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
 
     tokio::time::advance(Duration::from_millis(3_500)).await;
     let second = send(&mut service, from("192.0.2.1:1001")).await;
-    assert_eq!(second.headers()["ratelimit"], "\"default\";r=0;t=10");
+    // None left; one comes back when the first start leaves, in 6.5 s.
+    assert_eq!(second.headers()["ratelimit"], "\"default\";r=0;t=7");
 
     tokio::time::advance(Duration::from_millis(1_000)).await;
     let refused = send(&mut service, from("192.0.2.1:1002")).await;
@@ -110,6 +118,81 @@ async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
     assert_eq!(other.status(), StatusCode::OK);
 }
 
+/// A limiter that counts how often its state is read.
+#[derive(Clone)]
+struct Reads {
+    inner: RateLimiter,
+    peeks: Arc<AtomicUsize>,
+    statuses: Arc<AtomicUsize>,
+}
+
+impl Limiter for Reads {
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        self.inner.try_acquire_many(cost)
+    }
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        self.peeks.fetch_add(1, Ordering::SeqCst);
+        self.inner.can_proceed()
+    }
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        self.peeks.fetch_add(1, Ordering::SeqCst);
+        self.inner.peek(cost)
+    }
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        self.statuses.fetch_add(1, Ordering::SeqCst);
+        self.inner.quota_status()
+    }
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_start()
+    }
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.record_completion()
+    }
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        self.peeks.fetch_add(1, Ordering::SeqCst);
+        self.inner.next_available_time()
+    }
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.set_next_available_time(at)
+    }
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.inner.clear()
+    }
+}
+
+/// The headers of every response cost one reading of the key's state (one
+/// store round trip for a store-backed limiter), not a peek per step of a
+/// search; a response without headers costs none.
+#[tokio::test(start_paused = true)]
+async fn ratelimit_headers_cost_one_state_read_per_response() {
+    let (peeks, statuses) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counters = (Arc::clone(&peeks), Arc::clone(&statuses));
+    let per_peer = KeyedLimiter::builder(move |_: &IpAddr| Reads {
+        inner: RateLimiter::builder("peer", 100, Duration::from_secs(60))
+            .without_backoff()
+            .build()
+            .unwrap(),
+        peeks: Arc::clone(&counters.0),
+        statuses: Arc::clone(&counters.1),
+    })
+    .build()
+    .unwrap();
+    let advertised = TooManyRequestsLayer::new(per_peer.clone()).advertise("default");
+    let mut service = advertised.unwrap().headers_on_success().layer(hello());
+    for remaining in (95..100).rev() {
+        let response = send(&mut service, from("192.0.2.1:1")).await;
+        let expected = format!("\"default\";r={remaining};t=60");
+        assert_eq!(response.headers()["ratelimit"], expected.as_str());
+    }
+    assert_eq!(statuses.load(Ordering::SeqCst), 5, "one read per response");
+    assert_eq!(peeks.load(Ordering::SeqCst), 0, "no peeks");
+
+    // Without headers on success, an admitted request reads nothing.
+    let mut quiet = TooManyRequestsLayer::new(per_peer).layer(hello());
+    send(&mut quiet, from("192.0.2.1:1")).await;
+    assert_eq!(statuses.load(Ordering::SeqCst), 5);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_sub_second_wait_is_advertised_as_one_second_not_zero() {
     let mut service =
@@ -118,6 +201,31 @@ async fn a_sub_second_wait_is_advertised_as_one_second_not_zero() {
     let refused = send(&mut service, from("192.0.2.1:2")).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "1");
+}
+
+/// A request without a peer address (axum served without connect info)
+/// has no key: it is answered 500, never counted under a key shared by
+/// every such request, so it cannot use up another client's quota.
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_peer_address_is_answered_500_and_keyed_nowhere() {
+    let per_peer = per_peer_rate(1, Duration::from_secs(60));
+    let mut service = TooManyRequestsLayer::new(per_peer.clone()).layer(hello());
+    for _ in 0..3 {
+        let response = send(&mut service, Request::new(())).await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().get("retry-after").is_none());
+    }
+    assert!(
+        per_peer.is_empty(),
+        "no key was made for peer-less requests"
+    );
+    let grpc = with_header(Request::new(()), "content-type", "application/grpc");
+    let response = send(&mut service, grpc).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["grpc-status"], "13");
+    // A client with an address still has its own quota.
+    let response = send(&mut service, from("192.0.2.1:1")).await;
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test(start_paused = true)]
@@ -150,20 +258,22 @@ async fn grpc_requests_get_resource_exhausted() {
 }
 
 /// A layer whose requests cost their `x-cost` header (1 without it), over
-/// a token bucket of 10 per peer refilled at 10 a second.
+/// a token bucket of 10 per peer refilled at 10 a second, advertised as
+/// the policy "tokens".
 fn costed() -> TooManyRequestsLayer<IpAddr, TokenBucketLimiter> {
     let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
         TokenBucketLimiter::new(10, 10, Duration::from_secs(1)).expect("valid configuration")
     })
     .build()
     .expect("valid configuration");
-    TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
+    let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
         let cost = head
             .headers
             .get("x-cost")
             .and_then(|value| value.to_str().ok());
         cost.and_then(|cost| cost.parse().ok()).unwrap_or(1)
-    })
+    });
+    layer.advertise("tokens").expect("a valid name")
 }
 
 #[tokio::test(start_paused = true)]
@@ -192,10 +302,12 @@ async fn a_request_takes_its_cost_and_waits_for_all_of_it() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "1");
     tokio::time::advance(Duration::from_millis(399)).await;
-    assert_eq!(
-        send(&mut service, costing("4")).await.status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    let refused = send(&mut service, costing("4")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Three tokens are there, the fourth 1 ms away: `r` says so, and `t`
+    // is the wait for more than those three (rounded up), as on a 200.
+    assert_eq!(refused.headers()["ratelimit"], "\"tokens\";r=3;t=1");
+    assert_eq!(refused.headers()["ratelimit-policy"], "\"tokens\";q=10;w=1");
     tokio::time::advance(Duration::from_millis(1)).await;
     assert_eq!(
         send(&mut service, costing("4")).await.status(),

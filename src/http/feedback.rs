@@ -202,7 +202,8 @@ impl FeedbackLayer {
         }
     }
 
-    /// Pauses `limiter` too (a per-host limit beside a global one, say).
+    /// Pauses `limiter` too when the upstream asks (a per-host limit
+    /// beside a global one, say). Call it once per further limiter.
     ///
     /// ```
     /// use std::time::Duration;
@@ -211,12 +212,12 @@ impl FeedbackLayer {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let layer = FeedbackLayer::new(ConcurrencyLimiter::new(8)?)
-    ///     .limiter(DelayLimiter::new(Duration::from_millis(100))?);
+    ///     .also_pause(DelayLimiter::new(Duration::from_millis(100))?);
     /// # let _ = layer;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn limiter(mut self, limiter: impl Limiter) -> Self {
+    pub fn also_pause(mut self, limiter: impl Limiter) -> Self {
         self.limiters.push(Arc::new(limiter));
         self
     }

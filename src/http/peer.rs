@@ -32,7 +32,12 @@ pub struct PeerAddr(pub SocketAddr);
 /// Takes the key of a request from its head; see
 /// [`TooManyRequestsLayer::with_key`](super::TooManyRequestsLayer::with_key).
 ///
-/// Implemented for [`PeerKey`] and for closures `Fn(&http::request::Parts) -> K`.
+/// `None` means the head carries no key: [`PeerKey`] answers it for a
+/// request without a peer address, and the layer then answers `500`
+/// rather than putting every such request under one shared key.
+///
+/// Implemented for [`PeerKey`] and for closures `Fn(&http::request::Parts) -> K`,
+/// which always find a key.
 ///
 /// ```
 /// use http::Request;
@@ -42,16 +47,17 @@ pub struct PeerAddr(pub SocketAddr);
 ///     head.headers.get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or("anonymous").to_owned()
 /// };
 /// let (head, ()) = Request::builder().header("x-tenant", "acme").body(()).unwrap().into_parts();
-/// assert_eq!(tenant.key_of(&head), "acme");
+/// assert_eq!(tenant.key_of(&head).as_deref(), Some("acme"));
 /// ```
 pub trait KeyOf<K> {
-    /// The key of the request whose head is `head`.
-    fn key_of(&self, head: &Parts) -> K;
+    /// The key of the request whose head is `head`, or `None` if it has
+    /// none.
+    fn key_of(&self, head: &Parts) -> Option<K>;
 }
 
 impl<K, F: Fn(&Parts) -> K> KeyOf<K> for F {
-    fn key_of(&self, head: &Parts) -> K {
-        self(head)
+    fn key_of(&self, head: &Parts) -> Option<K> {
+        Some(self(head))
     }
 }
 
@@ -184,8 +190,12 @@ fn same_prefix(addr: u128, network: u128, prefix: u8, bits: u32) -> bool {
 /// It is read from the connection ([`PeerAddr`], axum's
 /// `ConnectInfo<SocketAddr>` with the `axum` feature, or tonic's
 /// `TcpConnectInfo` with the `tonic` feature), which a client cannot
-/// forge. Requests whose peer is unknown share one key, `::` (serve with
-/// connection info to avoid that).
+/// forge. A request without any of them has no key (`None`): a server
+/// that forgot to record peers (axum without
+/// `into_make_service_with_connect_info::<SocketAddr>()`) would otherwise
+/// put every client under one shared limit, so
+/// [`TooManyRequestsLayer`](super::TooManyRequestsLayer) answers such a
+/// request `500` and logs why, once.
 ///
 /// Two rules keep a client from minting fresh keys:
 ///
@@ -213,7 +223,10 @@ fn same_prefix(addr: u128, network: u128, prefix: u8, bits: u32) -> bool {
 ///     .unwrap();
 /// request.extensions_mut().insert(PeerAddr("10.0.0.2:4000".parse().unwrap()));
 /// let (head, ()) = request.into_parts();
-/// assert_eq!(key.key_of(&head), "198.51.100.4".parse::<IpAddr>().unwrap());
+/// assert_eq!(key.key_of(&head), "198.51.100.4".parse::<IpAddr>().ok());
+///
+/// let (no_peer, ()) = Request::new(()).into_parts();
+/// assert_eq!(key.key_of(&no_peer), None);
 /// # Ok(())
 /// # }
 /// ```
@@ -240,7 +253,7 @@ impl PeerKey {
     /// let mut request = Request::builder().header("x-forwarded-for", "1.2.3.4").body(()).unwrap();
     /// request.extensions_mut().insert(PeerAddr("192.0.2.1:443".parse().unwrap()));
     /// let (head, ()) = request.into_parts();
-    /// assert_eq!(PeerKey::new().key_of(&head), "192.0.2.1".parse::<IpAddr>().unwrap());
+    /// assert_eq!(PeerKey::new().key_of(&head), "192.0.2.1".parse::<IpAddr>().ok());
     /// ```
     pub fn new() -> Self {
         Self {
@@ -279,8 +292,8 @@ impl PeerKey {
     /// let mut request = Request::new(());
     /// request.extensions_mut().insert(PeerAddr("[2001:db8:1:2:3:4:5:6]:443".parse().unwrap()));
     /// let (head, ()) = request.into_parts();
-    /// assert_eq!(PeerKey::new().key_of(&head), "2001:db8:1:2::".parse::<IpAddr>().unwrap());
-    /// assert_eq!(PeerKey::new().ipv6_prefix(48).key_of(&head), "2001:db8:1::".parse::<IpAddr>().unwrap());
+    /// assert_eq!(PeerKey::new().key_of(&head), "2001:db8:1:2::".parse::<IpAddr>().ok());
+    /// assert_eq!(PeerKey::new().ipv6_prefix(48).key_of(&head), "2001:db8:1::".parse::<IpAddr>().ok());
     /// ```
     pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
         self.ipv6_prefix = prefix.min(128);
@@ -327,14 +340,8 @@ impl PeerKey {
 }
 
 impl KeyOf<IpAddr> for PeerKey {
-    fn key_of(&self, head: &Parts) -> IpAddr {
-        match self.client(head) {
-            Some(addr) => self.masked(addr),
-            None => {
-                tracing::debug!("request without a peer address: keyed as `::`");
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-            }
-        }
+    fn key_of(&self, head: &Parts) -> Option<IpAddr> {
+        self.client(head).map(|addr| self.masked(addr))
     }
 }
 
@@ -435,7 +442,7 @@ mod tests {
         let (head, ()) = request.into_parts();
         assert_eq!(
             PeerKey::new().key_of(&head),
-            "198.51.100.9".parse::<IpAddr>().unwrap()
+            "198.51.100.9".parse::<IpAddr>().ok()
         );
     }
 

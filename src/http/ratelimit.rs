@@ -11,14 +11,22 @@ use super::error::InvalidHeader;
 use super::retry_after::whole_seconds_up;
 use super::sf::{self, Member};
 use crate::error::ConfigError;
+use crate::quota_status::QuotaStatus;
 
 /// The `RateLimit` field (lowercase, as `http` names headers).
 pub(crate) const RATELIMIT: &str = "ratelimit";
 /// The `RateLimit-Policy` field.
 pub(crate) const RATELIMIT_POLICY: &str = "ratelimit-policy";
 
-/// One item of a `RateLimit` field: how much of a quota policy is left now,
-/// and when it resets (`"default";r=0;t=10`).
+/// One item of a `RateLimit` field: how much of a quota policy is left now
+/// (`r`), and how long until more of it is made available (`t`):
+/// `"default";r=0;t=10`.
+///
+/// `t` follows draft-ietf-httpapi-ratelimit-headers (-10 onwards): the
+/// number of seconds until quota beyond `r` is available again, the span
+/// within which a client can use no more than `r`; not the time until the
+/// whole quota is back. It means the same on every response: with `r=0`
+/// (a `429`, say), the time until the next unit is available.
 ///
 /// Also read from the draft-07 dictionary (`limit=10, remaining=0,
 /// reset=5`), whose status has an empty name.
@@ -44,8 +52,8 @@ pub struct RateLimitStatus {
 }
 
 impl RateLimitStatus {
-    /// A status for the policy `name`: `remaining` units left, resetting
-    /// after `reset`.
+    /// A status for the policy `name`: `remaining` units left, and more
+    /// after `reset` (none to come: `None`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -115,7 +123,8 @@ impl RateLimitStatus {
         self.remaining
     }
 
-    /// Time until the quota resets (`t`), if given.
+    /// Time until more than [`remaining`](RateLimitStatus::remaining) is
+    /// available (`t`), if given.
     ///
     /// ```
     /// use std::time::Duration;
@@ -199,10 +208,7 @@ impl RateLimitPolicy {
     /// assert_eq!(error.field(), "window");
     /// ```
     pub fn new(name: impl Into<String>, quota: u64, window: Duration) -> Result<Self, ConfigError> {
-        let name = name.into();
-        if !name.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
-            return Err(ConfigError::new("name", name, "must be printable ASCII"));
-        }
+        let name = checked_name(name.into())?;
         if quota == 0 {
             return Err(ConfigError::new("quota", quota, "must be at least 1"));
         }
@@ -213,6 +219,60 @@ impl RateLimitPolicy {
             name,
             quota,
             window: Some(window),
+        })
+    }
+
+    /// The policy `name` of a limiter's quota, as
+    /// [`Limiter::quota_status`](crate::Limiter::quota_status) reports it:
+    /// what [`TooManyRequestsLayer::advertise`](super::TooManyRequestsLayer::advertise)
+    /// sends, so the policy is never written by hand beside the limiter.
+    ///
+    /// The field counts whole seconds: a window that is not a whole number
+    /// of seconds is rounded up, and its quota scaled to the longer window
+    /// and rounded down, so the policy never states a higher rate than the
+    /// limiter's (a GCRA of 100 a second, one at a time, is
+    /// `q=100;w=1`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the name is not printable ASCII, or the quota is
+    /// empty (a limit of 0, or a window of zero).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::http::RateLimitPolicy;
+    /// use tower_limits::{GcraLimiter, Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hourly = RateLimiter::builder("api", 1_000, Duration::from_secs(3_600)).build()?;
+    /// let status = hourly.quota_status().await?.expect("a windowed quota");
+    /// assert_eq!(RateLimitPolicy::for_quota("hourly", &status)?.to_string(), "\"hourly\";q=1000;w=3600");
+    ///
+    /// let paced = GcraLimiter::new(100, Duration::from_secs(1))?; // every 10 ms
+    /// let status = paced.quota_status().await?.expect("a quota");
+    /// assert_eq!(RateLimitPolicy::for_quota("paced", &status)?.to_string(), "\"paced\";q=100;w=1");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn for_quota(name: impl Into<String>, quota: &QuotaStatus) -> Result<Self, ConfigError> {
+        let name = checked_name(name.into())?;
+        let (limit, window) = (quota.limit(), quota.window());
+        if limit == 0 || window.is_zero() {
+            let rule = "must be at least 1 unit per window longer than zero";
+            return Err(ConfigError::new(
+                "quota",
+                format!("{limit} per {window:?}"),
+                rule,
+            ));
+        }
+        let seconds = whole_seconds_up(window).max(1);
+        let nanos = u128::from(seconds) * 1_000_000_000;
+        let scaled = u128::from(limit).saturating_mul(nanos) / window.as_nanos();
+        Ok(Self {
+            name,
+            quota: u64::try_from(scaled).unwrap_or(u64::MAX),
+            window: Some(Duration::from_secs(seconds)),
         })
     }
 
@@ -314,6 +374,14 @@ impl fmt::Display for RateLimitPolicy {
         }
         Ok(())
     }
+}
+
+/// `name`, if it can be sent as a structured-field string.
+pub(crate) fn checked_name(name: String) -> Result<String, ConfigError> {
+    if !name.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
+        return Err(ConfigError::new("name", name, "must be printable ASCII"));
+    }
+    Ok(name)
 }
 
 /// Whether every member is a `key=value` pair of a dictionary.

@@ -23,7 +23,7 @@ const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// Retries a request answered `429 Too Many Requests` or `503 Service
 /// Unavailable`, after the time the response advertises ([`Advice`]) or a
 /// 1 s backoff doubling per attempt, and no earlier than the
-/// [`limiter`](RetryPolicy::limiter)'s next available time.
+/// next available time of the limiter it [waits for](RetryPolicy::wait_for).
 ///
 /// Retries are bounded three ways: at most
 /// [`max_attempts`](RetryPolicy::max_attempts) attempts in all (default 3),
@@ -169,12 +169,12 @@ impl RetryPolicy {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let limiter = RateLimiter::builder("upstream", 10, Duration::from_secs(1)).build()?;
-    /// let policy = RetryPolicy::new().limiter(limiter.clone());
+    /// let policy = RetryPolicy::new().wait_for(limiter.clone());
     /// # let _ = policy;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn limiter(mut self, limiter: impl Limiter) -> Self {
+    pub fn wait_for(mut self, limiter: impl Limiter) -> Self {
         self.limiter = Some(Arc::new(limiter));
         self
     }

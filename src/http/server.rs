@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,9 +21,11 @@ use tower_service::Service;
 
 use super::body::LimitBody;
 use super::peer::{KeyOf, PeerKey};
-use super::ratelimit::{RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus};
+use super::ratelimit::{
+    RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus, checked_name,
+};
 use super::retry_after::RetryAfter;
-use crate::error::{CostTooHigh, LimiterError};
+use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Limiter};
 use crate::limiters::KeyedLimiter;
 
@@ -35,6 +38,8 @@ const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 const GRPC_INVALID_ARGUMENT: &str = "3";
 /// gRPC's `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: &str = "14";
+/// gRPC's `INTERNAL`.
+const GRPC_INTERNAL: &str = "13";
 
 /// Limits a server per client (peer address by default) and answers an
 /// over-limit request at once, without calling the service:
@@ -45,8 +50,9 @@ const GRPC_UNAVAILABLE: &str = "14";
 /// * gRPC (a request whose `content-type` starts with `application/grpc`):
 ///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
 ///   `grpc-message` and the same `Retry-After`, as tonic clients expect;
-/// * with a [`policy`](TooManyRequestsLayer::policy), `RateLimit` and
-///   `RateLimit-Policy` headers too, and on admitted responses as well with
+/// * once it [`advertise`](TooManyRequestsLayer::advertise)s the limit,
+///   `RateLimit` and `RateLimit-Policy` headers too, read from the key's
+///   limiter, and on admitted responses as well with
 ///   [`headers_on_success`](TooManyRequestsLayer::headers_on_success).
 ///
 /// A request costs one unit of its key's limit, or what
@@ -62,6 +68,13 @@ const GRPC_UNAVAILABLE: &str = "14";
 /// ([`LimitBody`]), so a concurrency limit holds for streaming responses.
 /// When the limiter itself fails (an unreachable store) the answer is
 /// `503 Service Unavailable` (gRPC `UNAVAILABLE`), with a warning logged.
+/// A request without a key (the default [`PeerKey`] finds no peer address:
+/// an axum app served without
+/// `into_make_service_with_connect_info::<SocketAddr>()`, a hyper server
+/// that does not insert [`PeerAddr`](super::PeerAddr)) is answered `500
+/// Internal Server Error` (gRPC `INTERNAL`), and the layer logs an error
+/// saying so the first time: keying such requests together would turn a
+/// limit per client into one limit for everyone.
 ///
 /// The service is `Clone` and never fails by itself, so it fits axum's
 /// `Router::layer`, tonic's `Server::layer` and hyper.
@@ -71,7 +84,7 @@ const GRPC_UNAVAILABLE: &str = "14";
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::http::{PeerAddr, RateLimitPolicy, TooManyRequestsLayer};
+/// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
 /// use tower_limits::{KeyedLimiter, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -84,8 +97,7 @@ const GRPC_UNAVAILABLE: &str = "14";
 ///         .expect("valid configuration")
 /// })
 /// .build()?;
-/// let layer = TooManyRequestsLayer::new(per_peer)
-///     .policy(RateLimitPolicy::new("default", 2, Duration::from_secs(60))?);
+/// let layer = TooManyRequestsLayer::new(per_peer).advertise("default")?;
 /// let mut service = layer.layer(service_fn(|_: Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
 /// }));
@@ -111,6 +123,8 @@ pub struct TooManyRequestsLayer<K, L, X = PeerKey> {
     key_of: Arc<X>,
     cost_of: Option<Arc<CostOf>>,
     advertise: Arc<Advertise>,
+    /// Whether a request without a key was logged already.
+    keyless_logged: Arc<AtomicBool>,
 }
 
 /// The cost of a request, from its head.
@@ -119,8 +133,11 @@ type CostOf = dyn Fn(&Parts) -> u32 + Send + Sync;
 /// What the headers advertise.
 #[derive(Debug, Default)]
 struct Advertise {
-    policy: Option<RateLimitPolicy>,
+    /// The policy's name; `None` advertises nothing.
+    name: Option<String>,
     on_success: bool,
+    /// Whether a limiter without a quota was logged already.
+    no_quota_logged: AtomicBool,
 }
 
 impl<L> TooManyRequestsLayer<IpAddr, L, PeerKey> {
@@ -172,6 +189,7 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
             key_of: Arc::new(key_of),
             cost_of: None,
             advertise: Arc::default(),
+            keyless_logged: Arc::default(),
         }
     }
 
@@ -190,7 +208,7 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// use std::time::Duration;
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::http::TooManyRequestsLayer;
+    /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
     /// use tower_limits::{KeyedLimiter, TokenBucketLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -208,7 +226,10 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
     ///     Ok::<_, std::convert::Infallible>(Response::new(()))
     /// }));
-    /// let batch = |size: &str| Request::builder().header("x-batch-size", size).body(()).unwrap();
+    /// let peer = PeerAddr("192.0.2.1:5000".parse().unwrap());
+    /// let batch = |size: &str| {
+    ///     Request::builder().header("x-batch-size", size).extension(peer).body(()).unwrap()
+    /// };
     ///
     /// let response = service.ready().await?.call(batch("80")).await?;
     /// assert_eq!(response.status(), StatusCode::OK);
@@ -224,15 +245,30 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
         self
     }
 
-    /// Advertises `policy` in `RateLimit-Policy`, and the key's state in
-    /// `RateLimit`, on rejections (and, with
+    /// Advertises each key's limit as the quota policy `name`: on
+    /// rejections (and, with
     /// [`headers_on_success`](TooManyRequestsLayer::headers_on_success), on
-    /// admitted responses). Describe the limit the keyed limiter enforces.
+    /// admitted responses) `RateLimit-Policy` carries the quota and window
+    /// of the key's limiter ([`RateLimitPolicy::for_quota`]) and `RateLimit`
+    /// where the key stands: `r`, the units it would admit now, and `t`,
+    /// the seconds until it would admit more than `r` (the draft's time
+    /// until more quota is made available). Both are read from the
+    /// limiter itself ([`Limiter::quota_status`]: one lock, or one store
+    /// round trip per response), never written by hand beside it.
+    ///
+    /// A limiter without a windowed quota (a concurrency limit) has no
+    /// `RateLimit` headers: the layer logs a warning once and sends
+    /// `Retry-After` alone.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if `name` is not printable ASCII (it is sent as a
+    /// structured-field string).
     ///
     /// ```
     /// use std::net::IpAddr;
     /// use std::time::Duration;
-    /// use tower_limits::http::{RateLimitPolicy, TooManyRequestsLayer};
+    /// use tower_limits::http::TooManyRequestsLayer;
     /// use tower_limits::{FixedWindowLimiter, KeyedLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -240,32 +276,36 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     ///     FixedWindowLimiter::new(100, Duration::from_secs(60)).unwrap()
     /// })
     /// .build()?;
-    /// let layer = TooManyRequestsLayer::new(per_peer)
-    ///     .policy(RateLimitPolicy::new("default", 100, Duration::from_secs(60))?);
+    /// // Sends `RateLimit-Policy: "default";q=100;w=60`.
+    /// let layer = TooManyRequestsLayer::new(per_peer).advertise("default")?;
     /// # let _ = layer;
+    /// assert!(TooManyRequestsLayer::new(KeyedLimiter::builder(|_: &IpAddr| {
+    ///     FixedWindowLimiter::new(1, Duration::from_secs(1)).unwrap()
+    /// }).build()?).advertise("défaut").is_err());
     /// # Ok(())
     /// # }
     /// ```
-    pub fn policy(mut self, policy: RateLimitPolicy) -> Self {
+    pub fn advertise(mut self, name: impl Into<String>) -> Result<Self, ConfigError> {
         self.advertise = Arc::new(Advertise {
-            policy: Some(policy),
+            name: Some(checked_name(name.into())?),
             on_success: self.advertise.on_success,
+            no_quota_logged: AtomicBool::new(false),
         });
-        self
+        Ok(self)
     }
 
     /// Adds `RateLimit` and `RateLimit-Policy` to admitted responses too
-    /// (needs a [`policy`](TooManyRequestsLayer::policy)). `r` is the number
-    /// of further calls the key's limiter would admit now, and `t` the time
-    /// until it would admit a whole quota, both measured with
-    /// [`Limiter::peek`] (a few peeks, a binary search over the quota).
+    /// (once the layer [`advertise`](TooManyRequestsLayer::advertise)s its
+    /// limit), measured after the request took its units: the same reading
+    /// as on a rejection, so `t` means the same on a `200` and on the `429`
+    /// that may follow it.
     ///
     /// ```
     /// use std::net::IpAddr;
     /// use std::time::Duration;
     /// use http::{Request, Response};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::http::{RateLimitPolicy, TooManyRequestsLayer};
+    /// use tower_limits::http::TooManyRequestsLayer;
     /// use tower_limits::{KeyedLimiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -274,21 +314,26 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     ///     RateLimiter::builder("peer", 10, Duration::from_secs(60)).without_backoff().build().unwrap()
     /// })
     /// .build()?;
-    /// let layer = TooManyRequestsLayer::new(per_peer)
-    ///     .policy(RateLimitPolicy::new("default", 10, Duration::from_secs(60))?)
-    ///     .headers_on_success();
+    /// let layer = TooManyRequestsLayer::with_key(per_peer, |_: &http::request::Parts| {
+    ///     IpAddr::from([192, 0, 2, 1])
+    /// })
+    /// .advertise("default")?
+    /// .headers_on_success();
     /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
     ///     Ok::<_, std::convert::Infallible>(Response::new(()))
     /// }));
     /// let response = service.ready().await?.call(Request::new(())).await?;
+    /// // 9 left; a tenth in 60 s, when this request leaves the window.
     /// assert_eq!(response.headers()["ratelimit"], "\"default\";r=9;t=60");
+    /// assert_eq!(response.headers()["ratelimit-policy"], "\"default\";q=10;w=60");
     /// # Ok(())
     /// # }
     /// ```
     pub fn headers_on_success(mut self) -> Self {
         self.advertise = Arc::new(Advertise {
-            policy: self.advertise.policy.clone(),
+            name: self.advertise.name.clone(),
             on_success: true,
+            no_quota_logged: AtomicBool::new(false),
         });
         self
     }
@@ -319,6 +364,7 @@ impl<K, L, X> Clone for TooManyRequestsLayer<K, L, X> {
             key_of: Arc::clone(&self.key_of),
             cost_of: self.cost_of.clone(),
             advertise: Arc::clone(&self.advertise),
+            keyless_logged: Arc::clone(&self.keyless_logged),
         }
     }
 }
@@ -388,13 +434,19 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let (head, body) = request.into_parts();
-        let key = self.layer.key_of.key_of(&head);
+        let grpc = is_grpc(&head.headers);
+        let Some(key) = self.layer.key_of.key_of(&head) else {
+            self.layer.keyless();
+            let response = internal_error(grpc);
+            return ResponseFuture {
+                future: Box::pin(async move { Ok(response) }),
+            };
+        };
         let cost = self
             .layer
             .cost_of
             .as_ref()
             .map_or(1, |cost_of| cost_of(&head));
-        let grpc = is_grpc(&head.headers);
         let request = Request::from_parts(head, body);
         // The ready service goes into the future; this one takes its place.
         let clone = self.inner.clone();
@@ -409,14 +461,15 @@ where
                     let wait = denial.retry_at().map_or(UNKNOWN_WAIT, |at| {
                         at.saturating_duration_since(Instant::now())
                     });
-                    return Ok(advertise.rejection(wait, grpc));
+                    let headers = advertise.headers(&keyed, &key).await;
+                    return Ok(rejection(wait, grpc, headers));
                 }
                 Err(error) => return Ok(refusal(&error, grpc)),
             };
-            let headers = match keyed.limiter(&key) {
-                Ok(limiter) => advertise.on_admission(&limiter).await,
-                // Forgotten since, and no room to take it back: nothing to report.
-                Err(_) => HeaderMap::new(),
+            let headers = if advertise.on_success {
+                advertise.headers(&keyed, &key).await
+            } else {
+                HeaderMap::new()
             };
             let mut response = inner.call(request).await?;
             response.headers_mut().extend(headers);
@@ -428,85 +481,95 @@ where
     }
 }
 
-impl Advertise {
-    /// The answer to a request denied for `wait`.
-    fn rejection<B>(&self, wait: Duration, grpc: bool) -> Response<LimitBody<B>> {
-        let wait = wait.max(Duration::from_nanos(1)); // a denial is never "now"
-        let retry_after = RetryAfter::header_value(wait);
-        let message = format!(
-            "rate limited: retry after {} s",
-            retry_after.to_str().unwrap_or("1")
-        );
-        let mut response = Response::new(LimitBody::empty());
-        response.headers_mut().insert(RETRY_AFTER, retry_after);
-        response.headers_mut().extend(self.headers(0, Some(wait)));
-        if grpc {
-            grpc_status(&mut response, GRPC_RESOURCE_EXHAUSTED, &message);
-        } else {
-            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+impl<K, L, X> TooManyRequestsLayer<K, L, X> {
+    /// Logs, the first time only, that a request had no key.
+    fn keyless(&self) {
+        if !self.keyless_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "TooManyRequestsLayer: a request has no key (no peer address: serve axum with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`, or insert `PeerAddr` \
+                 where connections are accepted); answering 500 Internal Server Error to \
+                 every such request (logged once)"
+            );
         }
-        response
     }
+}
 
-    /// The headers of an admitted response, if asked for.
-    async fn on_admission<L: Limiter>(&self, limiter: &L) -> HeaderMap {
-        let Some(policy) = self.policy.as_ref().filter(|_| self.on_success) else {
-            return HeaderMap::new();
-        };
-        let (remaining, reset) = snapshot(limiter, policy.quota()).await;
-        self.headers(remaining, reset)
+/// The answer to a request denied for `wait`, with the `RateLimit` headers
+/// `advertised`.
+fn rejection<B>(wait: Duration, grpc: bool, advertised: HeaderMap) -> Response<LimitBody<B>> {
+    let wait = wait.max(Duration::from_nanos(1)); // a denial is never "now"
+    let retry_after = RetryAfter::header_value(wait);
+    let message = format!(
+        "rate limited: retry after {} s",
+        retry_after.to_str().unwrap_or("1")
+    );
+    let mut response = Response::new(LimitBody::empty());
+    response.headers_mut().insert(RETRY_AFTER, retry_after);
+    response.headers_mut().extend(advertised);
+    if grpc {
+        grpc_status(&mut response, GRPC_RESOURCE_EXHAUSTED, &message);
+    } else {
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     }
+    response
+}
 
-    /// `RateLimit` and `RateLimit-Policy` for a key with `remaining` units
-    /// left, resetting after `reset`; empty without a policy.
-    fn headers(&self, remaining: u64, reset: Option<Duration>) -> HeaderMap {
+impl Advertise {
+    /// `RateLimit` and `RateLimit-Policy` for `key`, from one reading of its
+    /// limiter; empty when nothing is advertised or there is nothing to
+    /// read.
+    async fn headers<K, L>(&self, keyed: &KeyedLimiter<K, L>, key: &K) -> HeaderMap
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        L: Limiter + Clone,
+    {
         let mut headers = HeaderMap::new();
-        let Some(policy) = &self.policy else {
+        let Some(name) = &self.name else {
             return headers;
         };
-        let status = RateLimitStatus::new(policy.name(), remaining, reset);
+        // A key forgotten since, with no room to take it back: nothing to read.
+        let Ok(limiter) = keyed.limiter(key) else {
+            return headers;
+        };
+        let quota = match limiter.quota_status().await {
+            Ok(Some(quota)) => quota,
+            Ok(None) => {
+                self.no_quota();
+                return headers;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "no RateLimit headers: the limiter's state is unreadable");
+                return headers;
+            }
+        };
+        let status = RateLimitStatus::new(name.as_str(), quota.remaining(), quota.refill_in());
+        let policy = RateLimitPolicy::for_quota(name.as_str(), &quota).ok();
         let fields = [
             (RATELIMIT, RateLimitStatus::header_value(&[status])),
             (
                 RATELIMIT_POLICY,
-                RateLimitPolicy::header_value(std::slice::from_ref(policy)),
+                policy.and_then(|policy| RateLimitPolicy::header_value(&[policy])),
             ),
         ];
-        for (name, value) in fields {
+        for (field, value) in fields {
             if let Some(value) = value {
-                headers.insert(HeaderName::from_static(name), value);
+                headers.insert(HeaderName::from_static(field), value);
             }
         }
         headers
     }
-}
 
-/// How many more units `limiter` would admit now (at most `quota`), and how
-/// long until it would admit a whole quota: a binary search with
-/// [`Limiter::peek`], which records nothing.
-async fn snapshot<L: Limiter>(limiter: &L, quota: u64) -> (u64, Option<Duration>) {
-    let quota = u32::try_from(quota).unwrap_or(u32::MAX);
-    let admits = |cost| async move { matches!(limiter.peek(cost).await, Ok(None)) };
-    let (mut admitted, mut denied) = (0_u32, quota.saturating_add(1));
-    if admits(quota).await {
-        admitted = quota;
-    }
-    while denied - admitted > 1 {
-        let middle = admitted + (denied - admitted) / 2;
-        if admits(middle).await {
-            admitted = middle;
-        } else {
-            denied = middle;
+    /// Logs, the first time only, that a limiter has no quota to advertise.
+    fn no_quota(&self) {
+        if !self.no_quota_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "TooManyRequestsLayer::advertise: the keys' limiter has no quota of units per \
+                 window to advertise (Limiter::quota_status is None); sending Retry-After \
+                 without RateLimit headers (logged once)"
+            );
         }
     }
-    let reset = match limiter.peek(quota).await {
-        Ok(None) => Some(Duration::ZERO),
-        Ok(Some(denial)) => denial
-            .retry_at()
-            .map(|at| at.saturating_duration_since(Instant::now())),
-        Err(_) => None,
-    };
-    (u64::from(admitted), reset)
 }
 
 /// Whether the request is a gRPC call.
@@ -516,7 +579,6 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The answer when the limiter failed.
 /// The answer to a request the limiter failed on: 413 for a cost it can
 /// never grant, else 503.
 fn refusal<B>(error: &LimiterError, grpc: bool) -> Response<LimitBody<B>> {
@@ -524,21 +586,46 @@ fn refusal<B>(error: &LimiterError, grpc: bool) -> Response<LimitBody<B>> {
         tracing::warn!(%error, "limiter failed: answering 503");
         return unavailable(grpc);
     };
-    let mut response = Response::new(LimitBody::empty());
-    if grpc {
-        grpc_status(&mut response, GRPC_INVALID_ARGUMENT, &too_high.to_string());
-    } else {
-        *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-    }
-    response
+    let message = too_high.to_string();
+    failure(
+        grpc,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        GRPC_INVALID_ARGUMENT,
+        &message,
+    )
 }
 
 fn unavailable<B>(grpc: bool) -> Response<LimitBody<B>> {
+    failure(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        GRPC_UNAVAILABLE,
+        "rate limiter unavailable",
+    )
+}
+
+/// The answer to a request without a key.
+fn internal_error<B>(grpc: bool) -> Response<LimitBody<B>> {
+    failure(
+        grpc,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        GRPC_INTERNAL,
+        "rate limit key missing",
+    )
+}
+
+/// An empty answer with `status`, or for gRPC with `grpc` and `message`.
+fn failure<B>(
+    grpc: bool,
+    status: StatusCode,
+    grpc_code: &'static str,
+    message: &str,
+) -> Response<LimitBody<B>> {
     let mut response = Response::new(LimitBody::empty());
     if grpc {
-        grpc_status(&mut response, GRPC_UNAVAILABLE, "rate limiter unavailable");
+        grpc_status(&mut response, grpc_code, message);
     } else {
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        *response.status_mut() = status;
     }
     response
 }
@@ -559,7 +646,7 @@ fn grpc_status<B>(response: &mut Response<B>, status: &'static str, message: &st
 /// use std::net::IpAddr;
 /// use http::{Request, Response};
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::http::{server::ResponseFuture, TooManyRequestsLayer};
+/// use tower_limits::http::{server::ResponseFuture, PeerAddr, TooManyRequestsLayer};
 /// use tower_limits::{KeyedLimiter, NullLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -569,7 +656,8 @@ fn grpc_status<B>(response: &mut Response<B>, status: &'static str, message: &st
 ///     .layer(service_fn(|_: Request<()>| async {
 ///         Ok::<_, std::convert::Infallible>(Response::new(()))
 ///     }));
-/// let future: ResponseFuture<(), _> = service.ready().await?.call(Request::new(()));
+/// let request = Request::builder().extension(PeerAddr("192.0.2.1:5000".parse().unwrap()));
+/// let future: ResponseFuture<(), _> = service.ready().await?.call(request.body(()).unwrap());
 /// assert!(future.await?.status().is_success());
 /// # Ok(())
 /// # }

@@ -41,6 +41,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LimiterError;
+use crate::quota_status::QuotaStatus;
 
 pub use denial::{Admission, Denial};
 pub(crate) use denial::{Booking, Unbook};
@@ -245,6 +246,39 @@ pub trait Limiter: Send + Sync + 'static {
                 Admission::Denied(denial) => Ok(Some(denial)),
             }
         })
+    }
+
+    /// The quota this limiter enforces and where it stands now, from one
+    /// reading of its state (one lock, one store round trip): its limit and
+    /// window, how many units it would grant now, and how long until it
+    /// would grant more ([`QuotaStatus`]). What a server advertises in the
+    /// `RateLimit` and `RateLimit-Policy` headers.
+    ///
+    /// `None` for a limiter without a quota of units per window. The
+    /// sliding window, fixed window, sliding window counter, GCRA and token
+    /// bucket limiters answer it, and so does a [`SharedLimiter`](crate::SharedLimiter);
+    /// the default, `None`, suits the others (concurrency, delay, evenly
+    /// spaced, leaky bucket, adaptive, composite). Like
+    /// [`peek`](Limiter::peek), only a hint under concurrency.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{ConcurrencyLimiter, FixedWindowLimiter, Limiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindowLimiter::new(10, Duration::from_secs(60))?;
+    /// drop(limiter.acquire_many(4).await?);
+    /// let status = limiter.quota_status().await?.expect("a windowed quota");
+    /// assert_eq!((status.limit(), status.remaining()), (10, 6));
+    /// assert_eq!(status.refill_in(), Some(Duration::from_secs(60))); // the next window
+    ///
+    /// assert_eq!(ConcurrencyLimiter::new(4)?.quota_status().await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        LimiterFuture::ready(Ok(None))
     }
 
     /// Records that a call has started, whether or not the limiter had room.
@@ -498,6 +532,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     }
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         (**self).peek(cost)
+    }
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        (**self).quota_status()
     }
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         (**self).record_start()

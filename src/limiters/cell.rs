@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
+use crate::quota_status::{QuotaStatus, search};
 
 /// The longest `burst × interval` accepted: far beyond any sensible limit,
 /// and small enough that adding it to a clock reading never saturates within
@@ -380,6 +381,21 @@ impl Cells {
         Self::judge(self.config(), now, not_before, tat, 1).is_ok()
     }
 
+    /// The quota (the burst, refilled from empty in `B·T`), how many cells
+    /// could go now and how long until more could: one reading of the state.
+    pub(super) fn quota_status(&self) -> QuotaStatus {
+        let config = self.config();
+        let (now, not_before, tat) = self.read();
+        let blocked = |cost| Self::judge(config, now, not_before, tat, cost).err();
+        let (remaining, at) = search(config.burst, blocked);
+        QuotaStatus::new(
+            u64::from(config.burst),
+            Duration::from_nanos(config.span()),
+            u64::from(remaining),
+            at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
+        )
+    }
+
     /// The denial a call costing `cost` would get now, if any.
     pub(super) fn peek(&self, cost: u32) -> Result<Option<Denial>, LimiterError> {
         let outcome = self.look(cost)?;
@@ -574,6 +590,17 @@ macro_rules! impl_limiter_for_cells {
                 Result<Option<$crate::limiter::Denial>, $crate::error::LimiterError>,
             > {
                 $crate::limiter::LimiterFuture::ready(self.cells.peek(cost))
+            }
+
+            /// The burst, refilled from empty in burst × interval; the cells
+            /// that could go now, and when more could.
+            fn quota_status(
+                &self,
+            ) -> $crate::limiter::LimiterFuture<
+                '_,
+                Result<Option<$crate::QuotaStatus>, $crate::error::LimiterError>,
+            > {
+                $crate::limiter::LimiterFuture::ready(Ok(Some(self.cells.quota_status())))
             }
 
             /// Takes one cell even if it does not conform.

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::NullLimiter;
 use crate::error::LimiterError;
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::quota_status::QuotaStatus;
 use crate::store::is_outage;
 
 /// What a [`Failover`] does while its store cannot answer (a
@@ -314,6 +315,13 @@ impl<L: Limiter, F: Limiter> Limiter for Failover<L, F> {
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let inner = &*self.inner;
         inner.guarded(inner.primary.peek(cost), || None, move |f| f.peek(cost))
+    }
+
+    /// The store's status; while it is down, the fallback's, or none when
+    /// failing open.
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        let inner = &*self.inner;
+        inner.guarded(inner.primary.quota_status(), || None, |f| f.quota_status())
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {

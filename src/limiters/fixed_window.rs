@@ -304,6 +304,14 @@ impl FixedState {
         }
     }
 
+    /// The clock, the counter and the pause.
+    fn read(&self) -> (u64, Counter, u64) {
+        let now = self.clock.now_nanos();
+        let not_before = self.not_before.load(Ordering::Acquire);
+        let counter = Counter(self.counter.load(Ordering::Acquire));
+        (now, counter, not_before)
+    }
+
     /// When a call costing `cost` may start, given the counter and the
     /// pause: `None` if at `now`.
     #[inline]
@@ -363,10 +371,14 @@ impl WindowState for FixedState {
     }
 
     fn look(&self, cost: u32) -> Option<u64> {
-        let now = self.clock.now_nanos();
-        let not_before = self.not_before.load(Ordering::Acquire);
-        let counter = Counter(self.counter.load(Ordering::Acquire));
+        let (now, counter, not_before) = self.read();
         self.blocked_until(now, counter, not_before, cost)
+    }
+
+    fn status(&self) -> (u32, Option<Duration>) {
+        let (now, counter, not_before) = self.read();
+        let blocked = |cost| self.blocked_until(now, counter, not_before, cost);
+        self.windows.status(now, blocked)
     }
 
     /// The units count while their window lasts.

@@ -12,6 +12,7 @@ use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
+use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
@@ -379,6 +380,19 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         match peek.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(denial)),
             Err(pending) => LimiterFuture::new(async move { Ok(denial(pending.await?)) }),
+        }
+    }
+
+    /// The policy's limit and window, and where the window stands: one
+    /// [`RateLimiterStore::window_status`].
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        let shared = &*self.shared;
+        let status = shared
+            .store
+            .window_status(&shared.key, shared.policy.load());
+        match status.into_ready() {
+            Ok(result) => LimiterFuture::ready(result.map(Some)),
+            Err(pending) => LimiterFuture::new(async move { pending.await.map(Some) }),
         }
     }
 

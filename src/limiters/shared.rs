@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
+use crate::quota_status::QuotaStatus;
 use crate::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
 
 /// A GCRA, token bucket, fixed window or sliding window counter limit kept
@@ -276,6 +277,16 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
             let quota = shared.check(cost)?;
             let blocked = shared.store.look(&shared.key, &quota, cost).await?;
             Ok(blocked.map(Denial::until))
+        })
+    }
+
+    /// The quota's limit and window, and where it stands: one
+    /// [`QuotaStore::quota_status`].
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        let shared = &*self.shared;
+        LimiterFuture::new(async move {
+            let quota = shared.quota();
+            Ok(Some(shared.store.quota_status(&shared.key, &quota).await?))
         })
     }
 

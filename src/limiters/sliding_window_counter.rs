@@ -338,6 +338,13 @@ impl WindowState for SlidingState {
         self.blocked_until(now, *self.lock(), cost)
     }
 
+    fn status(&self) -> (u32, Option<Duration>) {
+        let now = self.clock.now_nanos();
+        let counts = *self.lock();
+        self.windows
+            .status(now, |cost| self.blocked_until(now, counts, cost))
+    }
+
     /// Moves the units counted for window `index` from `from` to `to`: a
     /// decrease while that window is the current or the previous one; an
     /// increase is charged to the current window if it is older. Returns

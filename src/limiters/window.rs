@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, ReleaseEvent};
+use crate::quota_status::search;
 use crate::rate::Rate;
 
 /// A validated window configuration.
@@ -99,6 +100,21 @@ impl Windows {
         CostTooHigh::check(cost, self.max as usize)
     }
 
+    /// What `blocked(cost)` (when `cost` units could start, if not at
+    /// `now`) says of the limit: how many units could start now, and how
+    /// long until more could.
+    pub(super) fn status(
+        &self,
+        now: u64,
+        blocked: impl Fn(u32) -> Option<u64>,
+    ) -> (u32, Option<Duration>) {
+        let (remaining, at) = search(self.max, blocked);
+        (
+            remaining,
+            at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
+        )
+    }
+
     /// The index of the window holding `nanos`.
     #[inline]
     pub(super) fn index(&self, nanos: u64) -> u64 {
@@ -130,6 +146,10 @@ pub(super) trait WindowState: Send + Sync + 'static {
 
     /// When a call costing `cost` may start, if not now; counts nothing.
     fn look(&self, cost: u32) -> Option<u64>;
+
+    /// From one reading of the state: how many units could start now, and
+    /// how long until more could.
+    fn status(&self) -> (u32, Option<Duration>);
 
     /// Moves the units counted for window `index` from `from` to `to` where
     /// they still count; an increase is charged to the current window once
@@ -185,6 +205,21 @@ macro_rules! impl_limiter_for_windows {
                         blocked.map(|at| Denial::until(state.clock().instant_at(at)))
                     });
                     LimiterFuture::ready(answer)
+                }
+
+                /// The window's limit and length, what is left of the
+                /// limit now, and when more is: one reading of the counts.
+                fn quota_status(
+                    &self,
+                ) -> LimiterFuture<'_, Result<Option<$crate::QuotaStatus>, LimiterError>> {
+                    let windows = self.state.windows();
+                    let (remaining, refill_in) = self.state.status();
+                    LimiterFuture::ready(Ok(Some($crate::QuotaStatus::new(
+                        u64::from(windows.max()),
+                        windows.window(),
+                        u64::from(remaining),
+                        refill_in,
+                    ))))
                 }
 
                 /// Counts one start in the current window, even past the limit.

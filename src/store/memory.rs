@@ -11,6 +11,7 @@ use super::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
 use crate::clock::{Clock, duration_nanos};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::{QuotaStatus, search};
 use crate::start_log::StartLog;
 
 /// Keeps sliding windows in memory: fast, one process only.
@@ -351,6 +352,21 @@ impl RateLimiterStore for MemoryStore {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         let blocked = lock(key).blocked_until(self.now(), &policy, cost);
         LimiterFuture::ready(Ok(blocked.map(|nanos| self.instant(nanos))))
+    }
+
+    fn window_status<'a>(
+        &'a self,
+        key: &'a MemoryKey,
+        policy: WindowPolicy,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        let now = self.now();
+        let log = lock(key);
+        let (remaining, at) = search(policy.max_cost(), |cost| {
+            log.blocked_until(now, &policy, cost)
+        });
+        drop(log);
+        let refill_in = at.map(|at| Duration::from_nanos(at.saturating_sub(now)));
+        LimiterFuture::ready(Ok(policy.status(u64::from(remaining), refill_in)))
     }
 
     fn execution_count<'a>(

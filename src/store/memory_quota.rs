@@ -15,6 +15,7 @@ use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
 use crate::error::LimiterError;
 use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
 use crate::limiters::GcraLimiter;
+use crate::quota_status::QuotaStatus;
 
 /// A named quota in a [`MemoryStore`], made by [`QuotaStore::quota_key`].
 /// Keys for the same name refer to the same state.
@@ -144,6 +145,17 @@ impl QuotaStore for MemoryStore {
         self.with_limiter(key, quota, |limiter| {
             let denial = now_or_error(limiter.peek(cost))?;
             Ok(denial.map(|denial| denial.retry_at().unwrap_or_else(Instant::now)))
+        })
+    }
+
+    fn quota_status<'a>(
+        &'a self,
+        key: &'a MemoryQuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        self.with_limiter(key, quota, |limiter| {
+            now_or_error(limiter.quota_status())?
+                .ok_or_else(|| LimiterError::new("a quota's limiter reported no quota"))
         })
     }
 

@@ -108,6 +108,7 @@ use tokio::time::Instant;
 
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::QuotaStatus;
 
 pub use curve::{CurveRecord, CurveStore};
 pub(crate) use error::is_outage;
@@ -400,6 +401,39 @@ pub trait RateLimiterStore: Send + Sync + 'static {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>>;
 
+    /// The window under `policy` as it stands, from one reading of its
+    /// state (one round trip): the policy's limit and window, how many
+    /// starts [`acquire`](RateLimiterStore::acquire) would grant now (none
+    /// during a pause or a backoff) and how long until it would grant more.
+    /// What a [`RateLimiter`](crate::RateLimiter)'s
+    /// [`quota_status`](crate::Limiter::quota_status) answers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::RateLimiterStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder("api", 3, Duration::from_secs(10))
+    ///     .without_backoff()
+    ///     .build()?;
+    /// let (store, policy) = (limiter.store(), limiter.policy());
+    /// let key = store.key(limiter.name());
+    /// limiter.record_start().await?;
+    ///
+    /// let status = store.window_status(&key, policy).await?;
+    /// assert_eq!((status.limit(), status.remaining()), (3, 2));
+    /// assert_eq!(status.refill_in(), Some(Duration::from_secs(10)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn window_status<'a>(
+        &'a self,
+        key: &'a Self::Key,
+        policy: WindowPolicy,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>>;
+
     /// How many starts fall within the last `window`.
     ///
     /// ```
@@ -636,6 +670,18 @@ impl WindowPolicy {
     /// [`max_executions`](Self::max_executions) as a count of units.
     pub(crate) fn max_units(&self) -> u64 {
         u64::try_from(self.max_executions).unwrap_or(u64::MAX)
+    }
+
+    /// The most one call may cost: [`max_executions`](Self::max_executions)
+    /// as a cost.
+    pub(crate) fn max_cost(&self) -> u32 {
+        u32::try_from(self.max_executions).unwrap_or(u32::MAX)
+    }
+
+    /// The status of a window under this policy with `remaining` starts
+    /// left, and more after `refill_in`.
+    pub(crate) fn status(&self, remaining: u64, refill_in: Option<Duration>) -> QuotaStatus {
+        QuotaStatus::new(self.max_units(), self.window, remaining, refill_in)
     }
 
     /// The window's length.

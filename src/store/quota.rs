@@ -13,6 +13,7 @@ use crate::limiter::{Limiter, LimiterFuture};
 use crate::limiters::{
     FixedWindowLimiter, GcraLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
+use crate::quota_status::QuotaStatus;
 
 /// The rules of a quota decided in a store: which algorithm, and its limits.
 ///
@@ -198,6 +199,27 @@ impl Quota {
         }
     }
 
+    /// The window [`capacity`](Quota::capacity) applies to: a window's
+    /// length, or the time a GCRA or bucket takes to refill from empty.
+    pub(crate) fn window(&self) -> Duration {
+        match self.kind {
+            QuotaKind::Cells { interval, burst } => interval.saturating_mul(burst),
+            QuotaKind::FixedWindow { window, .. }
+            | QuotaKind::SlidingWindowCounter { window, .. } => window,
+        }
+    }
+
+    /// The status of this quota with `remaining` units left, and more after
+    /// `refill_in`.
+    pub(crate) fn status(&self, remaining: u64, refill_in: Option<Duration>) -> QuotaStatus {
+        QuotaStatus::new(
+            u64::from(self.capacity()),
+            self.window(),
+            remaining,
+            refill_in,
+        )
+    }
+
     /// What the stores dispatch on.
     pub(crate) fn kind(&self) -> QuotaKind {
         self.kind
@@ -338,6 +360,37 @@ pub trait QuotaStore: Send + Sync + 'static {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
+
+    /// The quota at `key` as it stands, from one reading of its state (one
+    /// round trip): the quota's limit ([`Quota::capacity`]) and window (for
+    /// GCRA and the token bucket, the time to refill from empty), how many
+    /// units [`decide`](QuotaStore::decide) would grant now (none during a
+    /// pause) and how long until it would grant more. What a
+    /// [`SharedLimiter`](crate::SharedLimiter)'s
+    /// [`quota_status`](crate::Limiter::quota_status) answers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::token_bucket(10, 1, Duration::from_secs(1))?;
+    /// let key = store.quota_key("api");
+    /// store.decide(&key, &quota, 4).await?;
+    /// let status = store.quota_status(&key, &quota).await?;
+    /// assert_eq!((status.limit(), status.remaining()), (10, 6));
+    /// assert_eq!(status.window(), Duration::from_secs(10));
+    /// assert_eq!(status.refill_in(), Some(Duration::from_secs(1)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn quota_status<'a>(
+        &'a self,
+        key: &'a Self::QuotaKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>>;
 
     /// The atomic peek: `None` if [`decide`](QuotaStore::decide) would grant
     /// `cost` now, else the instant it names. Takes nothing.

@@ -43,11 +43,13 @@ macro_rules! conformance {
                 quota_settle,
                 quota_pause,
                 quota_take_and_reset,
+                quota_status_agrees_with_look,
                 quota_decisions_are_atomic,
                 shared_limiter_shares_one_limit,
                 sliding_log_limits_and_reports,
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
+                sliding_log_status_agrees_with_peek,
                 leases_limit_expire_and_renew,
                 leases_past_the_bound_are_refused,
                 leased_limiter_renews_and_releases,
@@ -244,6 +246,42 @@ pub(crate) async fn quota_pause<S: Store>(store: S) {
     .await;
 }
 
+/// `refill_in`, a duration from the store's answer, is within the slack of
+/// the wait until `at`, an instant a look named just before.
+fn assert_refill_near(refill_in: Option<Duration>, at: Option<Instant>, what: &str) {
+    let (Some(refill_in), Some(at)) = (refill_in, at) else {
+        panic!("{what}: a refill ({refill_in:?}) and a look ({at:?}) that both wait");
+    };
+    let expected = at.saturating_duration_since(Instant::now());
+    assert!(
+        refill_in + SLACK >= expected && refill_in <= expected + SLACK,
+        "{what}: refill in {refill_in:?}, a look waits {expected:?}"
+    );
+}
+
+/// One status read: the limit and window, all of it free at first; after
+/// two units, one left and more when a look for two says; nothing during a
+/// pause.
+pub(crate) async fn quota_status_agrees_with_look<S: Store>(store: S) {
+    each_quota(&store, |store, key, quota, what| async move {
+        let fresh = store.quota_status(&key, &quota).await.unwrap();
+        assert_eq!((fresh.limit(), fresh.remaining()), (3, 3), "{what}");
+        assert_eq!(fresh.window(), WINDOW, "{what}");
+        assert_eq!(fresh.refill_in(), None, "{what}: nothing to come back");
+        granted(store.decide(&key, &quota, 2).await.unwrap());
+        let status = store.quota_status(&key, &quota).await.unwrap();
+        assert_eq!(status.remaining(), 1, "{what}");
+        let two = store.look(&key, &quota, 2).await.unwrap();
+        assert_refill_near(status.refill_in(), two, what);
+        let resume = Instant::now() + Duration::from_secs(60);
+        store.pause(&key, &quota, resume).await.unwrap();
+        let paused = store.quota_status(&key, &quota).await.unwrap();
+        assert_eq!(paused.remaining(), 0, "{what}: paused");
+        assert_refill_near(paused.refill_in(), Some(resume), what);
+    })
+    .await;
+}
+
 /// `take` counts past the limit; `reset` forgets everything.
 pub(crate) async fn quota_take_and_reset<S: Store>(store: S) {
     each_quota(&store, |store, key, quota, what| async move {
@@ -418,6 +456,27 @@ pub(crate) async fn sliding_log_backoff<S: Store>(store: S) {
             .unwrap()
             .is_some_and(|at| at <= paused + SLACK)
     );
+}
+
+/// One status read of the sliding log: the policy's limit and window; after
+/// two starts, one left and more when the first leaves the window; none
+/// during a pause.
+pub(crate) async fn sliding_log_status_agrees_with_peek<S: Store>(store: S) {
+    let limiter = window_limiter(store.clone(), &unique("log"), false);
+    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let fresh = store.window_status(&key, policy).await.unwrap();
+    assert_eq!((fresh.limit(), fresh.window()), (3, WINDOW));
+    assert_eq!((fresh.remaining(), fresh.refill_in()), (3, None));
+    granted(store.acquire(&key, policy, 2, 0.0).await.unwrap());
+    let status = store.window_status(&key, policy).await.unwrap();
+    assert_eq!(status.remaining(), 1);
+    let two = store.peek(&key, policy, 2).await.unwrap();
+    assert_refill_near(status.refill_in(), two, "sliding log");
+    let resume = Instant::now() + Duration::from_secs(60);
+    store.set_next_available(&key, resume).await.unwrap();
+    let paused = store.window_status(&key, policy).await.unwrap();
+    assert_eq!(paused.remaining(), 0);
+    assert_refill_near(paused.refill_in(), Some(resume), "paused sliding log");
 }
 
 /// Leases: the limit, release, expiry without renewal, renewal, pause.

@@ -27,6 +27,10 @@ DECLARE
   v_matched boolean;
 BEGIN
   PERFORM __SCHEMA__.lock_key('cells', k);
+  IF op = 'status' THEN
+    RETURN __SCHEMA__.status_search(format('SELECT %s.cells(''peek'', %L, %s, %s, ARRAY[$1])',
+      __SCHEMA_LITERAL__, k, tick, burst), burst);
+  END IF;
   t := __SCHEMA__.micros_now();
   SELECT c.tat, c.nb, c.gen INTO v_tat, v_nb, v_gen
     FROM __SCHEMA__.cells c WHERE c.key = k AND c.expires > t;

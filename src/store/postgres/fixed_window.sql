@@ -28,6 +28,10 @@ DECLARE
   v_ticket bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_key('fixed_window', k);
+  IF op = 'status' THEN
+    RETURN __SCHEMA__.status_search(format('SELECT %s.fixed_window(''peek'', %L, %s, %s, ARRAY[$1])',
+      __SCHEMA_LITERAL__, k, max, win), max);
+  END IF;
   t := __SCHEMA__.micros_now();
   SELECT f.i, f.c, f.nb INTO v_i, v_c, v_nb
     FROM __SCHEMA__.fixed_windows f WHERE f.key = k AND f.expires > t;

@@ -7,6 +7,7 @@ use super::reply::{Reply, micros, micros_until, signed};
 use super::{PostgresKey, PostgresStore};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::QuotaStatus;
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl PostgresStore {
@@ -81,6 +82,17 @@ impl QuotaStore for PostgresStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         self.quota_op(key, quota, "peek", vec![i64::from(cost)], |r| r.blocked())
+    }
+
+    fn quota_status<'a>(
+        &'a self,
+        key: &'a PostgresKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        self.quota_op(key, quota, "status", Vec::new(), |r| {
+            let (remaining, wait) = r.status()?;
+            Ok(quota.status(remaining, wait))
+        })
     }
 
     fn take<'a>(

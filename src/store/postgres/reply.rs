@@ -65,6 +65,17 @@ impl Reply<'_> {
         })
     }
 
+    /// `[remaining, µs until more]`, or `[remaining, -1]` when the whole
+    /// limit is free.
+    pub(super) fn status(&self) -> Result<(u64, Option<Duration>), StoreError> {
+        let remaining = self.unsigned(0)?;
+        let wait = match self.at(1)? {
+            -1 => None,
+            _ => Some(Duration::from_micros(self.unsigned(1)?)),
+        };
+        Ok((remaining, wait))
+    }
+
     /// `[1, µs from now]` or `[0]`.
     pub(super) fn optional_instant(&self) -> Result<Option<Instant>, StoreError> {
         Ok(match self.at(0)? {

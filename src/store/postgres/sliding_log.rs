@@ -8,6 +8,7 @@ use super::reply::{Reply, micros, micros_until};
 use super::{PostgresKey, PostgresStore};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::QuotaStatus;
 use crate::store::{RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// The policy's arguments of the sliding log function: max, window,
@@ -85,6 +86,17 @@ impl RateLimiterStore for PostgresStore {
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let args = (jitter, vec![i64::from(cost)]);
         self.sliding_log(key, "acquire", Some(policy), args, |r| r.decision())
+    }
+
+    fn window_status<'a>(
+        &'a self,
+        key: &'a PostgresKey,
+        policy: WindowPolicy,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        self.sliding_log(key, "status", Some(policy), (0.0, Vec::new()), move |r| {
+            let (remaining, wait) = r.status()?;
+            Ok(policy.status(remaining, wait))
+        })
     }
 
     fn record_execution<'a>(

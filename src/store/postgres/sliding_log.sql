@@ -55,6 +55,11 @@ DECLARE
   v_cost bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_key('sliding_log', k);
+  IF op = 'status' THEN
+    RETURN __SCHEMA__.status_search(
+      format('SELECT %s.sliding_log(''peek'', %L, %s, %s, %s, %s, %s, %s, ARRAY[$1])',
+        __SCHEMA_LITERAL__, k, max, win, initial, multiplier, cap, jitter), max);
+  END IF;
   t := __SCHEMA__.micros_now();
   SELECT s.nb, s.bo, s.esc, s.esc_nb, s.esc_bo INTO v_nb, v_bo, v_esc, v_esc_nb, v_esc_bo
     FROM __SCHEMA__.sliding_state s WHERE s.key = k AND s.expires > t;

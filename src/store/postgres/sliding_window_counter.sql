@@ -40,6 +40,11 @@ DECLARE
   v_ticket bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_key('sliding_window_counter', k);
+  IF op = 'status' THEN
+    RETURN __SCHEMA__.status_search(
+      format('SELECT %s.sliding_window_counter(''peek'', %L, %s, %s, ARRAY[$1])',
+        __SCHEMA_LITERAL__, k, max, win), max);
+  END IF;
   t := __SCHEMA__.micros_now();
   SELECT s.i, s.cur, s.prev, s.nb INTO v_i, v_cur, v_prev, v_nb
     FROM __SCHEMA__.sliding_window_counters s WHERE s.key = k AND s.expires > t;

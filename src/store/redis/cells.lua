@@ -5,6 +5,7 @@
 --          µs), gen (bumped on every change of tat: a grant's ticket)
 -- ARGV     op, interval T (µs, fractional), burst B, then the op's arguments
 -- Returns  an array of integers; times are durations from now (µs).
+-- Needs    status.lua before it (the 'status' operation).
 local key = KEYS[1]
 local op = ARGV[1]
 local interval, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -40,6 +41,12 @@ if op == 'acquire' or op == 'peek' then
   if op == 'peek' then return {1, 0} end
   save(at)
   return {1, gen}
+elseif op == 'status' then
+  return status(burst, function(cost)
+    local conforms, at = judge(cost)
+    if conforms then return nil end
+    return at
+  end, now)
 elseif op == 'take' then
   save(math.max(tat, now) + interval)
   return {1, gen}

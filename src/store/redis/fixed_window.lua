@@ -5,6 +5,7 @@
 --          nb (no grant before, µs)
 -- ARGV     op, max, window (µs), then the op's arguments
 -- Returns  an array of integers; times are durations from now (µs).
+-- Needs    status.lua before it (the 'status' operation).
 local key = KEYS[1]
 local op = ARGV[1]
 local max, window = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -57,6 +58,8 @@ if op == 'acquire' or op == 'peek' then
   local current = math.floor(now / window)
   save(current, count_in(current) + cost)
   return {1, current}
+elseif op == 'status' then
+  return status(max, blocked_until, now)
 elseif op == 'take' then
   recount(math.floor(now / window), 0, 1)
   return {1, index}

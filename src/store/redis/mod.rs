@@ -92,13 +92,18 @@ impl Scripts {
     fn load() -> Self {
         Self {
             curve: Script::new(include_str!("curve.lua")),
-            sliding_log: Script::new(include_str!("sliding_log.lua")),
-            cells: Script::new(include_str!("cells.lua")),
-            fixed_window: Script::new(include_str!("fixed_window.lua")),
-            sliding_window_counter: Script::new(include_str!("sliding_window_counter.lua")),
+            sliding_log: with_status(include_str!("sliding_log.lua")),
+            cells: with_status(include_str!("cells.lua")),
+            fixed_window: with_status(include_str!("fixed_window.lua")),
+            sliding_window_counter: with_status(include_str!("sliding_window_counter.lua")),
             leases: Script::new(include_str!("leases.lua")),
         }
     }
+}
+
+/// A script that answers the `status` operation of `status.lua`.
+fn with_status(script: &str) -> Script {
+    Script::new(&[include_str!("status.lua"), script].concat())
 }
 
 /// One server through a reconnecting manager, or a cluster.
@@ -487,6 +492,17 @@ fn blocked(reply: &[i64]) -> Result<Option<Instant>, StoreError> {
         WindowDecision::Granted { .. } => None,
         WindowDecision::Denied { retry_at } => Some(retry_at),
     })
+}
+
+/// `[remaining, microseconds until more]`, or `[remaining, -1]` when the
+/// whole limit is free: what the `status` operations answer.
+fn status_reply(reply: &[i64]) -> Result<(u64, Option<Duration>), StoreError> {
+    let remaining = unsigned(reply, 0)?;
+    let wait = match at(reply, 1)? {
+        -1 => None,
+        _ => Some(Duration::from_micros(unsigned(reply, 1)?)),
+    };
+    Ok((remaining, wait))
 }
 
 /// The instant `micros` microseconds from now (rounded late, never early).

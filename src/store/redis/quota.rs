@@ -4,9 +4,12 @@
 use ::redis::Script;
 use tokio::time::Instant;
 
-use super::{RedisKey, RedisStore, args, blocked, decision, done, micros, micros_until, parsed};
+use super::{
+    RedisKey, RedisStore, args, blocked, decision, done, micros, micros_until, parsed, status_reply,
+};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::QuotaStatus;
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl RedisStore {
@@ -99,6 +102,17 @@ impl QuotaStore for RedisStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         parsed(self.quota_op(key, quota, "peek", args(&[&cost])), blocked)
+    }
+
+    fn quota_status<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        parsed(self.quota_op(key, quota, "status", Vec::new()), |reply| {
+            let (remaining, wait) = status_reply(reply)?;
+            Ok(quota.status(remaining, wait))
+        })
     }
 
     fn take<'a>(

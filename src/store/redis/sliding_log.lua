@@ -7,6 +7,7 @@
 -- ARGV     op, max, window (µs), initial backoff (µs, 0 = none),
 --          multiplier, max backoff (µs), then the op's own arguments
 -- Returns  an array of integers; times are durations from now (µs).
+-- Needs    status.lua before it (the 'status' operation).
 local log, state = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local max, window = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -124,6 +125,8 @@ elseif op == 'peek' then
   local at = blocked_until(tonumber(ARGV[7]))
   if at then return {0, at - now} end
   return {1, 0}
+elseif op == 'status' then
+  return status(max, blocked_until, now)
 elseif op == 'count' then
   return {redis.call('ZCOUNT', log, '(' .. (now - tonumber(ARGV[7])), '+inf')}
 elseif op == 'oldest' then

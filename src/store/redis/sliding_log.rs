@@ -6,10 +6,11 @@ use tokio::time::Instant;
 
 use super::{
     RedisKey, RedisStore, args, blocked, decision, done, micros, micros_until, optional_instant,
-    parsed, unsigned,
+    parsed, status_reply, unsigned,
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::QuotaStatus;
 use crate::store::{RateLimiterStore, WindowDecision, WindowPolicy};
 
 impl RedisStore {
@@ -105,6 +106,18 @@ impl RateLimiterStore for RedisStore {
             self.sliding_log(key, "peek", Some(policy), args(&[&cost])),
             blocked,
         )
+    }
+
+    fn window_status<'a>(
+        &'a self,
+        key: &'a RedisKey,
+        policy: WindowPolicy,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        let run = self.sliding_log(key, "status", Some(policy), Vec::new());
+        parsed(run, move |reply| {
+            let (remaining, wait) = status_reply(reply)?;
+            Ok(policy.status(remaining, wait))
+        })
     }
 
     fn execution_count<'a>(

@@ -570,7 +570,12 @@ fn nanos_until(at: Instant) -> i64 {
 
 /// The instant `nanos` nanoseconds from now (late rather than early).
 fn after(nanos: i64) -> Instant {
-    Instant::now() + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+    Instant::now() + nanos_to_duration(nanos)
+}
+
+/// `nanos` nanoseconds (none if negative).
+fn nanos_to_duration(nanos: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
 }
 
 /// A decision as a transaction answers it: granted with a ticket, or

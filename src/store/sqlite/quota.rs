@@ -10,9 +10,10 @@ use super::cells::Cells;
 use super::fixed_window::FixedWindow;
 use super::quota_state::QuotaState;
 use super::sliding_window_counter::SlidingWindowCounter;
-use super::{Answer, Mode, Now, SqliteKey, SqliteStore, after, nanos_until};
+use super::{Answer, Mode, Now, SqliteKey, SqliteStore, after, nanos_to_duration, nanos_until};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::{QuotaStatus, search};
 use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
 
 /// The row of `quota` called `name`, in its algorithm's table.
@@ -112,6 +113,22 @@ impl QuotaStore for SqliteStore {
             };
             let blocked = self.on_quota(key, quota, Mode::Read, work).await?;
             Ok(blocked.map(after))
+        })
+    }
+
+    fn quota_status<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        quota: &'a Quota,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        let capacity = quota.capacity();
+        LimiterFuture::new(async move {
+            let work = move |state: &mut dyn QuotaState, now: Now| {
+                let (remaining, at) = search(capacity, |cost| state.blocked_until(now.0, cost));
+                (remaining, at.map(|at| at.saturating_sub(now.0)))
+            };
+            let (remaining, wait) = self.on_quota(key, quota, Mode::Read, work).await?;
+            Ok(quota.status(u64::from(remaining), wait.map(nanos_to_duration)))
         })
     }
 

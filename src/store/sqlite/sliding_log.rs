@@ -12,10 +12,11 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
 
 use super::schema::GRACE;
-use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros};
+use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration};
 use crate::clock::duration_nanos;
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::quota_status::{QuotaStatus, try_search};
 use crate::store::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// The pause and backoff of one log.
@@ -384,6 +385,23 @@ impl RateLimiterStore for SqliteStore {
             };
             let blocked = self.on_log(key, Mode::Read, Some(policy), work).await?;
             Ok(blocked.map(after))
+        })
+    }
+
+    fn window_status<'a>(
+        &'a self,
+        key: &'a SqliteKey,
+        policy: WindowPolicy,
+    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        LimiterFuture::new(async move {
+            let work = move |log: &Log<'_>| {
+                let state = log.load()?;
+                let blocked = |cost| log.blocked_until(&state, cost);
+                let (remaining, at) = try_search(policy.max_cost(), blocked)?;
+                Ok((remaining, log.until(at)))
+            };
+            let (remaining, wait) = self.on_log(key, Mode::Read, Some(policy), work).await?;
+            Ok(policy.status(u64::from(remaining), wait.map(nanos_to_duration)))
         })
     }
 
