@@ -199,6 +199,7 @@ impl Quota {
         }
     }
 
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     /// The window [`capacity`](Quota::capacity) applies to: a window's
     /// length, or the time a GCRA or bucket takes to refill from empty.
     pub(crate) fn window(&self) -> Duration {
@@ -209,6 +210,7 @@ impl Quota {
         }
     }
 
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     /// The status of this quota with `remaining` units left, and more after
     /// `refill_in`.
     pub(crate) fn status(&self, remaining: u64, refill_in: Option<Duration>) -> QuotaStatus {
