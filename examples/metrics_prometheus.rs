@@ -20,7 +20,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tower_limits::error::BoxError;
+use tower_limits::error::{BoxError, Rejected};
 use tower_limits::{GcraLimiter, LimitLayer};
 
 /// Installs the Prometheus recorder (once per process: layers register
@@ -44,8 +44,9 @@ pub async fn run() -> Result<SocketAddr, BoxError> {
     }
     let mut search = search.layer(echo);
     for n in 0..10 {
-        if let Ok(ready) = search.ready().await {
-            ready.call(n).await?;
+        match search.ready().await?.call(n).await {
+            Err(error) if error.is::<Rejected>() => {} // refused: over its quota
+            outcome => drop(outcome?),
         }
     }
     serve(prometheus).await

@@ -58,7 +58,7 @@ pub struct Summary {
 
 /// `service Greeter { rpc SayHello(HelloRequest) returns (HelloReply); }`
 #[derive(Clone, Copy, Debug)]
-struct Greeter;
+pub struct Greeter;
 
 impl tonic::server::NamedService for Greeter {
     const NAME: &'static str = "greeter.Greeter";
@@ -139,24 +139,34 @@ pub async fn run() -> Result<Summary, BoxError> {
         let start = Instant::now();
         client.ready().await?; // waits while the server's pause holds
         paused = start.elapsed();
-        let request = tonic::Request::new(HelloRequest {
-            name: name.to_owned(),
-        });
-        let path = PathAndQuery::from_static(SAY_HELLO);
-        let codec = ProstCodec::<HelloRequest, HelloReply>::default();
-        let code = match client.unary(request, path, codec).await {
-            Ok(reply) => {
-                println!("{}", reply.into_inner().message);
-                Code::Ok
-            }
-            Err(status) => {
-                println!("refused: {}", status.message());
-                status.code()
-            }
-        };
-        codes.push(code);
+        codes.push(say_hello(&mut client, name).await);
     }
     Ok(Summary { codes, paused })
+}
+
+/// Calls `SayHello` through `client`, which is ready; the status code.
+pub async fn say_hello<T>(client: &mut tonic::client::Grpc<T>, name: &str) -> Code
+where
+    T: tonic::client::GrpcService<Body>,
+    T::Error: Into<BoxError>,
+    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
+{
+    let request = tonic::Request::new(HelloRequest {
+        name: name.to_owned(),
+    });
+    let path = PathAndQuery::from_static(SAY_HELLO);
+    let codec = ProstCodec::<HelloRequest, HelloReply>::default();
+    match client.unary(request, path, codec).await {
+        Ok(reply) => {
+            println!("{}", reply.into_inner().message);
+            Code::Ok
+        }
+        Err(status) => {
+            println!("refused: {}", status.message());
+            status.code()
+        }
+    }
 }
 
 #[tokio::main]

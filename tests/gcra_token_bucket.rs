@@ -498,7 +498,7 @@ async fn gcra_layer_in_reject_mode_names_the_retry_instant() -> Result<(), BoxEr
     let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     let start = Instant::now();
     service.ready().await?.call(1).await?;
-    let Err(error) = service.ready().await else {
+    let Err(error) = service.ready().await?.call(2).await else {
         panic!("one call per two seconds");
     };
     let retry_at = error

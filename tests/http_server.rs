@@ -471,7 +471,13 @@ async fn a_streaming_body_keeps_its_client_slot_until_it_ends_or_is_dropped() {
     let sender = senders.recv().await.unwrap();
     assert_eq!(limiter.running(), 1);
     assert!(
-        client.ready().await.is_err(),
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .is_err(),
         "the open body holds the only slot"
     );
 

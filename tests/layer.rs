@@ -62,16 +62,17 @@ where
     })
 }
 
-/// Spawns a task that waits for `service` to be ready (without calling it)
-/// and reports the outcome and the instant it came.
-fn spawn_ready<S>(service: &S) -> JoinHandle<(Result<(), BoxError>, Instant)>
+/// Spawns a caller that waits for admission and calls `service` (a refused
+/// call fails at once) and reports the outcome and the instant it came.
+fn spawn_admission<S>(service: &S) -> JoinHandle<(Result<usize, BoxError>, Instant)>
 where
-    S: Service<usize, Error = BoxError> + Clone + Send + 'static,
+    S: Service<usize, Response = usize, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
 {
-    let mut service = service.clone();
+    let service = service.clone();
     tokio::spawn(async move {
-        let ready = service.ready().await.map(|_| ());
-        (ready, Instant::now())
+        let outcome = ready_and_call(service, 1).await;
+        (outcome, Instant::now())
     })
 }
 
@@ -102,13 +103,18 @@ fn assert_pending<T: fmt::Debug>(poll: Poll<T>) {
     assert!(poll.is_pending(), "expected Pending, got {poll:?}");
 }
 
-/// The error of a `poll_ready` that must fail at once, as `E`.
+/// The error of a call refused at once, as `E`: its `poll_ready` is ready at
+/// once and its `call` fails without reaching the inner service (the mock
+/// panics on a call it was not made ready for).
 #[track_caller]
-fn expect_error<E>(poll: Poll<Result<(), BoxError>>) -> E
+fn expect_refusal<E, L>(service: &mut MockLimit<L>) -> E
 where
     E: std::error::Error + Copy + 'static,
+    L: Limiter + Clone,
 {
-    match poll {
+    assert_ready_ok(service.poll_ready());
+    let mut call = std::pin::pin!(service.call("refused"));
+    match poll_once(call.as_mut()) {
         Poll::Ready(Err(error)) => match error.downcast_ref::<E>() {
             Some(error) => *error,
             None => panic!("expected {}, got {error:?}", std::any::type_name::<E>()),
@@ -578,7 +584,7 @@ async fn dropping_a_waiting_caller_leaves_the_queue() {
     let response = running.call("running");
     assert_pending(head.poll_ready());
     assert_pending(behind.poll_ready());
-    expect_error::<Overloaded>(late.poll_ready());
+    expect_refusal::<Overloaded, _>(&mut late);
 
     // The head of the queue gives up: its place goes to the next caller.
     drop(head);
@@ -607,7 +613,7 @@ async fn max_waiting_turns_callers_away_with_overloaded_until_the_queue_drains()
     assert_pending(second.poll_ready());
     assert_pending(third.poll_ready());
 
-    let overloaded = expect_error::<Overloaded>(fourth.poll_ready());
+    let overloaded = expect_refusal::<Overloaded, _>(&mut fourth);
     assert_eq!(overloaded.waiting(), 2);
 
     // The queue moves on by one: there is room for one more waiter again.
@@ -636,7 +642,7 @@ async fn max_waiting_zero_never_waits_for_a_concurrency_slot() {
 
     assert_ready_ok(first.poll_ready());
     let response = first.call("first");
-    let overloaded = expect_error::<Overloaded>(second.poll_ready());
+    let overloaded = expect_refusal::<Overloaded, _>(&mut second);
     assert_eq!(overloaded.waiting(), 0);
 
     assert_request_eq!(handle, "first").send_response("done");
@@ -653,7 +659,7 @@ async fn max_waiting_zero_never_waits_for_a_rate_limit() {
 
     assert_ready_ok(first.poll_ready());
     let _response = first.call("first");
-    expect_error::<Overloaded>(second.poll_ready());
+    expect_refusal::<Overloaded, _>(&mut second);
     assert_eq!(Instant::now(), origin);
 
     sleep(ms(100)).await;
@@ -670,7 +676,7 @@ async fn max_wait_fails_at_once_when_the_limiter_names_a_later_instant() {
     assert_ready_ok(first.poll_ready());
     let _response = first.call("first");
 
-    let elapsed = expect_error::<Elapsed>(second.poll_ready());
+    let elapsed = expect_refusal::<Elapsed, _>(&mut second);
     assert_eq!(elapsed.retry_at(), Some(origin + ms(1000)));
     assert_eq!(Instant::now(), origin, "no time passed");
 
@@ -688,7 +694,7 @@ async fn max_wait_admits_a_caller_whose_turn_comes_exactly_at_the_deadline() {
     ready_and_call(service.clone(), 0)
         .await
         .expect("first call");
-    let (ready, at) = finish(spawn_ready(&service)).await;
+    let (ready, at) = finish(spawn_admission(&service)).await;
     ready.expect("admitted at the deadline");
     assert_eq!(at, origin + ms(100));
 }
@@ -700,9 +706,9 @@ async fn max_wait_fails_with_elapsed_when_the_deadline_passes_in_the_queue() {
     let service = layer.layer(Recorder::new(ms(10_000)));
 
     let running = spawn_callers(&service, [0]).await;
-    let head = spawn_ready(&service);
+    let head = spawn_admission(&service);
     sleep(ms(50)).await;
-    let behind = spawn_ready(&service);
+    let behind = spawn_admission(&service);
 
     // Each waiter's deadline counts from its own arrival.
     let (head, head_at) = finish(head).await;
@@ -733,7 +739,7 @@ async fn reject_names_the_rate_limiters_next_available_instant() -> Result<(), B
     assert_ready_ok(service.poll_ready());
     let _second = service.call("second");
 
-    let rejected = expect_error::<Rejected>(service.poll_ready());
+    let rejected = expect_refusal::<Rejected, _>(&mut service);
     assert_eq!(rejected.retry_at(), Some(origin + ms(1000)));
     assert_eq!(
         rejected.retry_at(),
@@ -743,7 +749,7 @@ async fn reject_names_the_rate_limiters_next_available_instant() -> Result<(), B
 
     // Usable again once the oldest start leaves the window, and not before.
     sleep_until(origin + ms(999)).await;
-    expect_error::<Rejected>(service.poll_ready());
+    expect_refusal::<Rejected, _>(&mut service);
     sleep_until(origin + ms(1000)).await;
     assert_ready_ok(service.poll_ready());
     Ok(())
@@ -766,7 +772,7 @@ async fn reject_names_the_next_available_instant_with_starts_recorded_outside_th
     // 900: full until 1500 ms.
     sleep_until(origin + ms(1200)).await;
     let next = limiter.next_available_time().await?;
-    let rejected = expect_error::<Rejected>(service.poll_ready());
+    let rejected = expect_refusal::<Rejected, _>(&mut service);
     assert_eq!(rejected.retry_at(), Some(origin + ms(1500)));
     assert_eq!(next, origin + ms(1500));
     Ok(())
@@ -781,7 +787,7 @@ async fn reject_for_a_concurrency_limit_names_no_instant() {
     assert_ready_ok(first.poll_ready());
     let response = first.call("first");
 
-    let rejected = expect_error::<Rejected>(second.poll_ready());
+    let rejected = expect_refusal::<Rejected, _>(&mut second);
     assert_eq!(rejected.retry_at(), None);
 
     drop(response);
@@ -840,6 +846,23 @@ async fn buffers_over_clones_of_one_service_share_the_limit() {
     let second = Buffer::new(service, 8);
 
     assert_both_services_run_two_at_a_time(&recorder, &first, &second).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_buffer_outlives_the_refusals_of_the_layer_behind_it() -> Result<(), BoxError> {
+    // tower's Buffer stops for good once its service's `poll_ready` fails;
+    // the layer answers refusals from `call`, so the Buffer carries on.
+    let layer = RateLimitLayer::new(rate(1, ms(1000))).reject();
+    let mut service = Buffer::new(layer.layer(Recorder::new(Duration::ZERO)), 8);
+
+    service.ready().await?.call(0).await?;
+    for refused in 1..=3 {
+        let error = service.ready().await?.call(refused).await.unwrap_err();
+        assert!(error.is::<Rejected>(), "expected Rejected, got {error:?}");
+    }
+    sleep(ms(1000)).await;
+    assert_eq!(service.ready().await?.call(4).await?, 4);
+    Ok(())
 }
 
 // ===== composite =====

@@ -56,11 +56,11 @@ async fn metrics_count_every_decision_by_layer_and_outcome() {
         waiting.ready().await.unwrap().call(n).await.unwrap(); // waits 40 ms
     }
     for _ in 0..3 {
-        assert!(rejecting.ready().await.is_err());
+        assert!(rejecting.ready().await.unwrap().call(0).await.is_err());
     }
     for _ in 0..2 {
         assert!(
-            waiting.clone().ready().await.is_err(),
+            waiting.clone().oneshot(0).await.is_err(),
             "the next slot is past 50 ms"
         );
     }
@@ -106,7 +106,10 @@ async fn stats_count_every_outcome() {
     service.clone().oneshot(1).await.unwrap(); // at once
     let waiting = tokio::spawn(service.clone().oneshot(2)); // waits 100 ms
     tokio::task::yield_now().await;
-    assert!(service.clone().ready().await.is_err(), "the line holds one");
+    assert!(
+        service.clone().oneshot(9).await.is_err(),
+        "the line holds one"
+    );
     waiting.await.unwrap().unwrap();
     let abandoned = timeout(ms(10), service.clone().oneshot(3)).await;
     assert!(abandoned.is_err(), "gave up while waiting");

@@ -89,7 +89,7 @@ async fn each_admission_is_a_span_with_its_outcome_and_wait() {
     waits.ready().await.unwrap().call(1).await.unwrap(); // at once
     waits.ready().await.unwrap().call(2).await.unwrap(); // waits 100 ms
     let mut refuses = LimitLayer::new(limiter).name("api").reject().layer(echo());
-    assert!(refuses.ready().await.is_err());
+    assert!(refuses.ready().await.unwrap().call(3).await.is_err());
 
     let spans = captured.spans.lock().unwrap().clone();
     let summary: Vec<(String, String, String, String)> = spans

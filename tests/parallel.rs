@@ -108,8 +108,12 @@ where
     S: Service<(), Response = (), Error = BoxError>,
 {
     while !stop.load(Ordering::Relaxed) {
-        match service.ready().await {
-            Ok(ready) => ready.call(()).await.expect("the call succeeds"),
+        let outcome = match service.ready().await {
+            Ok(ready) => ready.call(()).await,
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(()) => {}
             Err(_) if case.may_refuse => tokio::task::yield_now().await,
             Err(error) => panic!("the layer failed: {error}"),
         }

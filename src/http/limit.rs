@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::body::LimitBody;
 use crate::error::BoxError;
+use crate::limit::future::CallOrRefusal;
 use crate::limit::{Limit, LimitLayer};
 use crate::limiter::{Limiter, Permit};
 
@@ -165,11 +166,11 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let (inner, permit) = self.limit.call_holding(request);
-        ResponseFuture {
-            inner,
-            permit: Some(permit),
-        }
+        let (inner, permit) = match self.limit.call_holding(request) {
+            Ok((future, permit)) => (CallOrRefusal::call(future), Some(permit)),
+            Err(error) => (CallOrRefusal::refusal(error), None),
+        };
+        ResponseFuture { inner, permit }
     }
 }
 
@@ -198,7 +199,7 @@ pin_project! {
     /// ```
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: F,
+        inner: CallOrRefusal<F>,
         permit: Option<Permit>,
     }
 }
@@ -214,7 +215,7 @@ where
         let this = self.project();
         let output = ready!(this.inner.poll(cx));
         let permit = this.permit.take(); // released here on failure
-        let response = output.map_err(Into::into)?;
+        let response = output?;
         let permit = permit.expect("http::limit::ResponseFuture polled after completion");
         Poll::Ready(Ok(response.map(|body| LimitBody::new(body, permit))))
     }

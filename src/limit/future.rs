@@ -60,7 +60,7 @@ pin_project! {
     /// ```
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: F,
+        inner: CallOrRefusal<F>,
         permit: Option<Permit>,
     }
 }
@@ -68,8 +68,57 @@ pin_project! {
 impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, permit: Permit) -> Self {
         Self {
-            inner,
+            inner: CallOrRefusal::call(inner),
             permit: Some(permit),
+        }
+    }
+
+    /// A call the layer refused in `poll_ready`: it fails with `error`
+    /// without reaching the inner service.
+    pub(crate) fn refused(error: BoxError) -> Self {
+        Self {
+            inner: CallOrRefusal::refusal(error),
+            permit: None,
+        }
+    }
+}
+
+pin_project! {
+    /// The inner service's future, or the error of an admission that failed
+    /// (a refusal, a full line, a wait past the maximum, a store error). The
+    /// layers answer such a failure from `call`, as tower's `LoadShed` does,
+    /// because an error from `poll_ready` tells callers such as tower's
+    /// `Buffer` that the service is gone for good.
+    #[project = CallOrRefusalProj]
+    pub(crate) enum CallOrRefusal<F> {
+        Call { #[pin] future: F },
+        Refusal { error: Option<BoxError> },
+    }
+}
+
+impl<F> CallOrRefusal<F> {
+    pub(crate) fn call(future: F) -> Self {
+        Self::Call { future }
+    }
+
+    pub(crate) fn refusal(error: BoxError) -> Self {
+        Self::Refusal { error: Some(error) }
+    }
+}
+
+impl<F, T, E> Future for CallOrRefusal<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<T, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            CallOrRefusalProj::Call { future } => future.poll(cx).map_err(Into::into),
+            CallOrRefusalProj::Refusal { error } => Poll::Ready(Err(error
+                .take()
+                .expect("a refusal polled after completion"))),
         }
     }
 }
@@ -85,7 +134,7 @@ where
         let this = self.project();
         let output = ready!(this.inner.poll(cx));
         this.permit.take();
-        Poll::Ready(output.map_err(Into::into))
+        Poll::Ready(output)
     }
 }
 

@@ -68,8 +68,9 @@ impl<L> LimitLayer<L> {
         }
     }
 
-    /// Past `max_waiting` callers already waiting, `poll_ready` fails at once
-    /// with [`Overloaded`](crate::error::Overloaded) instead of queueing
+    /// Past `max_waiting` callers already waiting, a caller fails at once
+    /// with [`Overloaded`](crate::error::Overloaded) (from `call`; its
+    /// `poll_ready` is ready at once) instead of queueing
     /// without bound. 0 means never wait.
     ///
     /// The count includes the caller at the head of the line and, with a
@@ -90,7 +91,7 @@ impl<L> LimitLayer<L> {
     /// let mut second = first.clone();
     ///
     /// first.ready().await?; // takes the only slot
-    /// let Err(error) = second.ready().await else {
+    /// let Err(error) = second.ready().await?.call(2).await else {
     ///     unreachable!("the slot is taken and nobody may wait");
     /// };
     /// assert!(error.is::<Overloaded>());
@@ -125,7 +126,7 @@ impl<L> LimitLayer<L> {
     ///
     /// service.ready().await?.call(1).await?;
     /// let start = Instant::now();
-    /// let Err(error) = service.ready().await else {
+    /// let Err(error) = service.ready().await?.call(2).await else {
     ///     unreachable!("the next start is 10 s away");
     /// };
     /// assert!(error.is::<Elapsed>());
@@ -138,7 +139,8 @@ impl<L> LimitLayer<L> {
         self
     }
 
-    /// Reject mode: never wait; a denied `poll_ready` fails at once with
+    /// Reject mode: never wait; a denied caller's `poll_ready` is ready at
+    /// once and its `call` fails with
     /// [`Rejected`](crate::error::Rejected), which carries the instant at
     /// which to retry. For servers that shed load instead of queueing.
     ///
@@ -158,7 +160,7 @@ impl<L> LimitLayer<L> {
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     ///
     /// service.ready().await?.call(1).await?;
-    /// let Err(error) = service.ready().await else {
+    /// let Err(error) = service.ready().await?.call(2).await else {
     ///     unreachable!("one call a second");
     /// };
     /// assert!(error.is::<Rejected>());
@@ -224,7 +226,7 @@ impl<L> LimitLayer<L> {
     ///     });
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     /// service.ready().await?.call(1).await?;
-    /// assert!(service.ready().await.is_err());
+    /// assert!(service.ready().await?.call(2).await.is_err());
     /// assert_eq!(refused.load(Ordering::Relaxed), 1);
     /// # Ok(())
     /// # }

@@ -45,8 +45,13 @@
 //! [`max_wait`](LimitLayer::max_wait) fails them with
 //! [`Elapsed`](crate::error::Elapsed); [`reject`](LimitLayer::reject) never
 //! waits and fails with [`Rejected`](crate::error::Rejected). All arrive as
-//! tower's `BoxError`; use `downcast_ref` to tell them apart. The service
-//! stays usable after any of them.
+//! tower's `BoxError`; use `downcast_ref` to tell them apart. A refused
+//! caller's `poll_ready` is ready at once and its `call` fails with the
+//! error without reaching the inner service, as with tower's `LoadShed`:
+//! `poll_ready` errors are for services that are gone for good (tower's
+//! `Buffer` stops forever on one), and tonic maps call errors to gRPC
+//! statuses (these to `RESOURCE_EXHAUSTED`). The service stays usable after
+//! any of them.
 //!
 //! # Limiters that answer after a round trip
 //!

@@ -17,10 +17,13 @@ use crate::line::Queue;
 /// Admits calls to `S` only when the limiter `L` allows; built by
 /// [`LimitLayer`](super::LimitLayer).
 ///
-/// `poll_ready` waits for admission (or fails at once in reject mode, when the
-/// queue is full, or when the wait would pass the maximum); `call` uses the
-/// admission; the [`ResponseFuture`] records completion when the inner future
-/// finishes, fails or is dropped.
+/// `poll_ready` waits for admission; `call` uses the admission; the
+/// [`ResponseFuture`] records completion when the inner future finishes,
+/// fails or is dropped. An admission that fails (reject mode, a full queue, a
+/// wait past the maximum, a limiter error) makes `poll_ready` ready at once
+/// and `call` fail with the error without calling the inner service, as
+/// tower's `LoadShed` does; `poll_ready` fails only when the inner service's
+/// does.
 ///
 /// Clones share the limiter and the queue, so the limit holds across all of
 /// them. A clone starts without a reservation; a service dropped after
@@ -46,7 +49,7 @@ use crate::line::Queue;
 /// let mut second = first.clone();
 ///
 /// first.ready().await?; // reserves the only slot, for both clones
-/// let Err(error) = second.ready().await else {
+/// let Err(error) = second.ready().await?.call(1).await else {
 ///     unreachable!("the clones share one limit");
 /// };
 /// assert!(error.is::<Rejected>());
@@ -69,6 +72,8 @@ enum State {
     Waiting(WaitFuture),
     /// A permit acquired in `poll_ready` that `call` has not used yet.
     Ready(Permit),
+    /// An admission that failed in `poll_ready`: `call` answers with it.
+    Refused(BoxError),
 }
 
 impl<S, L: Limiter> Limit<S, L> {
@@ -213,34 +218,47 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         if let State::Idle = self.state {
-            self.state = self.start()?;
+            self.state = self.start().unwrap_or_else(State::Refused);
         }
         if let State::Waiting(wait) = &mut self.state {
-            let result = ready!(wait.as_mut().poll(cx));
-            self.state = State::Idle;
-            self.state = State::Ready(result?);
+            self.state = match ready!(wait.as_mut().poll(cx)) {
+                Ok(permit) => State::Ready(permit),
+                Err(error) => State::Refused(error),
+            };
+        }
+        if let State::Refused(_) = self.state {
+            return Poll::Ready(Ok(())); // `call` answers with the error
         }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let (future, permit) = self.call_holding(request);
-        ResponseFuture::new(future, permit)
+        match self.call_holding(request) {
+            Ok((future, permit)) => ResponseFuture::new(future, permit),
+            Err(error) => ResponseFuture::refused(error),
+        }
     }
 }
 
 impl<S, L: Limiter> Limit<S, L> {
     /// Calls the inner service with the reservation `poll_ready` made and
     /// hands its permit to the caller, for a response body that outlives the
-    /// response future (`http::HttpLimit`).
-    pub(crate) fn call_holding<Request>(&mut self, request: Request) -> (S::Future, Permit)
+    /// response future (`http::HttpLimit`); or hands over the error of an
+    /// admission that failed, without calling the inner service.
+    pub(crate) fn call_holding<Request>(
+        &mut self,
+        request: Request,
+    ) -> Result<(S::Future, Permit), BoxError>
     where
         S: Service<Request>,
     {
-        let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) else {
-            panic!("Limit::call without a reservation: poll_ready must return Ready(Ok(())) first");
-        };
-        (self.inner.call(request), permit)
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Ready(permit) => Ok((self.inner.call(request), permit)),
+            State::Refused(error) => Err(error),
+            State::Idle | State::Waiting(_) => panic!(
+                "Limit::call without a reservation: poll_ready must return Ready(Ok(())) first"
+            ),
+        }
     }
 }
 
@@ -271,6 +289,7 @@ impl<S: fmt::Debug, L: Limiter + fmt::Debug> fmt::Debug for Limit<S, L> {
             State::Idle => "idle",
             State::Waiting(_) => "waiting",
             State::Ready(_) => "ready",
+            State::Refused(_) => "refused",
         };
         f.debug_struct("Limit")
             .field("inner", &self.inner)

@@ -233,10 +233,10 @@ impl Denial {
             booking: _booking,
         } = self;
         match (retry_at, released) {
-            (Some(at), Some(mut released)) => tokio::select! {
-                () = tokio::time::sleep_until(at) => {}
-                () = &mut released.listener => {}
-            },
+            (Some(at), Some(mut released)) => {
+                // Whichever comes first: the instant, or the release.
+                let _ = tokio::time::timeout_at(at, &mut released.listener).await;
+            }
             (Some(at), None) => tokio::time::sleep_until(at).await,
             (None, Some(mut released)) => (&mut released.listener).await,
             (None, None) => {}

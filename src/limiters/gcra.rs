@@ -81,6 +81,13 @@ impl GcraLimiter {
     /// A limiter admitting `count` calls per `period`, evenly paced (a burst
     /// of 1: calls start at least `period / count` apart).
     ///
+    /// Two differences from governor's `Quota`, both on the strict side:
+    /// governor's burst defaults to `count` (10 at once for "10 per second";
+    /// here, add [`with_burst(count)`](GcraLimiter::with_burst) for that),
+    /// and the interval `period / count` is rounded up to a whole nanosecond
+    /// where governor rounds it down, so the rate never exceeds `count` per
+    /// `period`.
+    ///
     /// # Errors
     ///
     /// [`ConfigError`] naming the field if `count` is 0, `period` is zero,

@@ -148,6 +148,14 @@ impl RateLimiter {
     /// Starts building a limiter named `name` allowing `max_executions`
     /// starts per `window`, on a fresh [`MemoryStore`].
     ///
+    /// **Backoff is on by default**: each denial while the window is full
+    /// pushes the next start back by a growing delay (1 s, doubling up to
+    /// 600 s, with jitter), on top of the window itself, so a saturated
+    /// "10 per second" admits fewer than 10 a second (31-41 in 10 s were
+    /// seen). That suits a client backing off a struggling upstream; for a
+    /// plain sliding window, call
+    /// [`without_backoff`](RateLimiterBuilder::without_backoff).
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::RateLimiter;

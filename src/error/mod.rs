@@ -15,6 +15,8 @@
 
 use std::borrow::Cow;
 use std::fmt;
+#[cfg(feature = "tonic")]
+use std::sync::OnceLock;
 
 use tokio::time::Instant;
 
@@ -27,6 +29,9 @@ use tokio::time::Instant;
 /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(10));
 /// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[cfg(feature = "tonic")]
+mod grpc;
 
 /// A limiter was built with a parameter it cannot work with.
 ///
@@ -495,7 +500,7 @@ impl Overloaded {
     /// let waiting = tokio::spawn(async move { waiter.ready().await.map(|_| ()) });
     /// tokio::task::yield_now().await; // the waiter joins the queue
     ///
-    /// let Err(error) = late.ready().await else {
+    /// let Err(error) = late.ready().await?.call(2).await else {
     ///     unreachable!("the queue is full");
     /// };
     /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
@@ -520,7 +525,18 @@ impl fmt::Display for Overloaded {
     }
 }
 
-impl std::error::Error for Overloaded {}
+impl std::error::Error for Overloaded {
+    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`, for
+    /// tonic to find.
+    #[cfg(feature = "tonic")]
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        static STATUS: OnceLock<tonic::Status> = OnceLock::new();
+        Some(grpc::shared_status(
+            &STATUS,
+            "too many callers are waiting for the limiter",
+        ))
+    }
+}
 
 /// The caller would have waited longer than
 /// [`LimitLayer::max_wait`](crate::LimitLayer::max_wait) allows.
@@ -572,7 +588,7 @@ impl Elapsed {
     ///
     /// let start = Instant::now();
     /// service.ready().await?.call(1).await?;
-    /// let Err(error) = service.ready().await else {
+    /// let Err(error) = service.ready().await?.call(2).await else {
     ///     unreachable!("10 s is longer than the maximum wait");
     /// };
     /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
@@ -591,7 +607,18 @@ impl fmt::Display for Elapsed {
     }
 }
 
-impl std::error::Error for Elapsed {}
+impl std::error::Error for Elapsed {
+    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`, for
+    /// tonic to find.
+    #[cfg(feature = "tonic")]
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        static STATUS: OnceLock<tonic::Status> = OnceLock::new();
+        Some(grpc::shared_status(
+            &STATUS,
+            "the limiter's wait would pass the maximum wait",
+        ))
+    }
+}
 
 /// The limiter denied the call and the layer is in reject mode
 /// ([`LimitLayer::reject`](crate::LimitLayer::reject)).
@@ -649,7 +676,7 @@ impl Rejected {
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     ///
     /// service.ready().await?.call(1).await?;
-    /// let Err(error) = service.ready().await else {
+    /// let Err(error) = service.ready().await?.call(2).await else {
     ///     unreachable!("one call a minute");
     /// };
     /// let retry_at = error.downcast_ref::<Rejected>().and_then(Rejected::retry_at);
@@ -676,4 +703,12 @@ impl fmt::Display for Rejected {
     }
 }
 
-impl std::error::Error for Rejected {}
+impl std::error::Error for Rejected {
+    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`, for
+    /// tonic to find.
+    #[cfg(feature = "tonic")]
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        static STATUS: OnceLock<tonic::Status> = OnceLock::new();
+        Some(grpc::shared_status(&STATUS, "rate limited"))
+    }
+}

@@ -1,0 +1,103 @@
+//! The layers' refusals reach gRPC callers as `RESOURCE_EXHAUSTED`, through
+//! real tonic servers and clients on loopback: a server whose own limit
+//! refuses a call answers with that status (not a reset stream), and a
+//! client whose own limit refuses a call reports it (not `UNKNOWN`).
+#![cfg(feature = "tonic")]
+
+#[path = "../examples/tonic_greeter.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod tonic_greeter;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tonic::Code;
+use tonic::client::Grpc;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic_greeter::{Greeter, say_hello};
+use tower::Layer;
+use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, GcraLimiter, LimitLayer};
+
+/// One call a minute.
+fn one_a_minute() -> GcraLimiter {
+    GcraLimiter::new(1, Duration::from_secs(60)).expect("valid rate")
+}
+
+async fn connect(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("valid URI")
+        .connect()
+        .await
+        .expect("the server listens")
+}
+
+async fn listen() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+    let addr = listener.local_addr().expect("bound");
+    (listener, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tonic_server_answers_its_layers_refusals_resource_exhausted() {
+    let (listener, addr) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .layer(LimitLayer::new(one_a_minute()).reject())
+            .add_service(Greeter)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    let mut client = Grpc::new(connect(addr).await);
+
+    let mut codes = Vec::new();
+    for name in ["ada", "grace", "alan"] {
+        client.ready().await.expect("the channel is ready");
+        codes.push(say_hello(&mut client, name).await);
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok, Code::ResourceExhausted, Code::ResourceExhausted]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tonic_client_reports_its_own_layers_refusals_as_resource_exhausted() {
+    let (listener, addr) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .add_service(Greeter)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    let channel = connect(addr).await;
+
+    let mut rate_limited = Grpc::new(
+        LimitLayer::new(one_a_minute())
+            .reject()
+            .layer(channel.clone()),
+    );
+    let mut codes = Vec::new();
+    for name in ["ada", "grace"] {
+        rate_limited
+            .ready()
+            .await
+            .expect("refusals come from the call");
+        codes.push(say_hello(&mut rate_limited, name).await);
+    }
+    assert_eq!(codes, [Code::Ok, Code::ResourceExhausted]);
+
+    // A full line (`Overloaded`) too: the only slot is held by a ready clone.
+    let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1).expect("valid limit"));
+    let mut holder = Grpc::new(layer.clone().max_waiting(0).layer(channel.clone()));
+    let mut turned_away = Grpc::new(layer.max_waiting(0).layer(channel));
+    holder.ready().await.expect("the slot is free");
+    turned_away
+        .ready()
+        .await
+        .expect("refusals come from the call");
+    assert_eq!(
+        say_hello(&mut turned_away, "alan").await,
+        Code::ResourceExhausted
+    );
+    assert_eq!(say_hello(&mut holder, "alan").await, Code::Ok);
+}
