@@ -14,7 +14,7 @@
 //!   same keys in the same order.
 //! * `clock`: the time sources, since the clock is most of a decision.
 //!
-//! Run with `cargo bench --bench limiters`.
+//! Run with `cargo bench --features fast-clock --bench limiters`.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]

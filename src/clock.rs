@@ -9,10 +9,11 @@
 //! * [`Clock::tokio`] (the default) reads [`tokio::time::Instant::now`], so
 //!   [`tokio::time::pause`] and [`tokio::time::advance`] drive the limiter in
 //!   tests exactly as they drive timers.
-//! * [`Clock::fast`] reads the CPU's time-stamp counter through
-//!   [`quanta`], about twice as cheap as the system clock on a typical
-//!   virtual machine. Use it where a decision's cost matters; it does not
-//!   follow paused tokio time.
+//! * [`Clock::fast`] reads the CPU's time-stamp counter through `quanta`
+//!   with the `fast-clock` cargo feature, about twice as cheap as the
+//!   system clock on a typical virtual machine (without the feature, the
+//!   system's monotonic clock). Use it where a decision's cost matters; it
+//!   does not follow paused tokio time.
 //!
 //! # Example
 //!
@@ -31,19 +32,57 @@
 //! [`tokio::time::pause`]: https://docs.rs/tokio/1/tokio/time/fn.pause.html
 //! [`tokio::time::advance`]: https://docs.rs/tokio/1/tokio/time/fn.advance.html
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The calibrated counter every [`Clock::fast`] reads: calibrating takes
-/// milliseconds, so it happens once per process, and a clock handle stays
-/// two words wide.
-static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
+/// What [`Clock::fast`] reads: the CPU's time-stamp counter through quanta
+/// with the `fast-clock` feature, calibrated once per process (it takes
+/// milliseconds), so a clock handle stays two words wide.
+#[cfg(feature = "fast-clock")]
+mod counter {
+    use std::sync::OnceLock;
 
-#[inline]
-fn counter() -> &'static quanta::Clock {
-    COUNTER.get_or_init(quanta::Clock::new)
+    static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
+
+    #[inline]
+    fn counter() -> &'static quanta::Clock {
+        COUNTER.get_or_init(quanta::Clock::new)
+    }
+
+    /// The counter's reading, in its own units.
+    #[inline]
+    pub(super) fn raw() -> u64 {
+        counter().raw()
+    }
+
+    /// Nanoseconds between two readings.
+    #[inline]
+    pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
+        counter().delta_as_nanos(from, to)
+    }
+}
+
+/// What [`Clock::fast`] reads without the `fast-clock` feature: the system's
+/// monotonic clock, as nanoseconds since the first reading.
+#[cfg(not(feature = "fast-clock"))]
+mod counter {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+    /// Nanoseconds since the process first read this clock.
+    #[inline]
+    pub(super) fn raw() -> u64 {
+        super::duration_nanos(ORIGIN.get_or_init(Instant::now).elapsed())
+    }
+
+    /// Nanoseconds between two readings.
+    #[inline]
+    pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
+        to.saturating_sub(from)
+    }
 }
 
 /// A monotonic time source, cheap to clone; see the [module docs](self).
@@ -74,7 +113,7 @@ pub struct Clock {
 #[derive(Clone, Debug)]
 enum Source {
     Tokio,
-    /// Reads [`COUNTER`]; `epoch_raw` is its reading at the epoch.
+    /// Reads [`counter`]; `epoch_raw` is its reading at the epoch.
     Counter {
         epoch_raw: u64,
     },
@@ -107,9 +146,11 @@ impl Clock {
         }
     }
 
-    /// A clock that reads the CPU's time-stamp counter (falling back to the
-    /// system's monotonic clock where there is none). It ignores paused tokio
-    /// time.
+    /// A clock that reads the CPU's time-stamp counter with the
+    /// `fast-clock` feature (falling back to the system's monotonic clock
+    /// where there is none), and the system's monotonic clock without it.
+    /// Either way it ignores paused tokio time, and skips the check tokio's
+    /// clock makes for it.
     ///
     /// ```
     /// use tower_limits::Clock;
@@ -119,7 +160,7 @@ impl Clock {
     /// assert!(clock.now() >= a);
     /// ```
     pub fn fast() -> Self {
-        let epoch_raw = counter().raw();
+        let epoch_raw = counter::raw();
         Self {
             source: Source::Counter { epoch_raw },
             epoch: Instant::now(),
@@ -152,10 +193,7 @@ impl Clock {
     pub(crate) fn now_nanos(&self) -> u64 {
         match &self.source {
             Source::Tokio => duration_nanos(Instant::now().saturating_duration_since(self.epoch)),
-            Source::Counter { epoch_raw } => {
-                let counter = counter();
-                counter.delta_as_nanos(*epoch_raw, counter.raw())
-            }
+            Source::Counter { epoch_raw } => counter::nanos_between(*epoch_raw, counter::raw()),
         }
     }
 
