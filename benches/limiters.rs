@@ -37,7 +37,7 @@ use tower_limits::{
 };
 
 /// A concurrency no benchmark run can exhaust.
-const UNBOUNDED: usize = 1 << 30;
+const UNBOUNDED: u32 = 1 << 30;
 
 /// A window no benchmark can fill: a million starts take far longer than
 /// its millisecond, while the log stays at a few megabytes.
@@ -54,14 +54,14 @@ fn sliding_window(clock: Clock) -> RateLimiter {
 const CELLS_PER_SECOND: u32 = 1_000_000_000;
 
 fn gcra(clock: Clock) -> GcraLimiter {
-    GcraLimiter::new(CELLS_PER_SECOND.into(), Duration::from_secs(1))
+    GcraLimiter::new(CELLS_PER_SECOND, Duration::from_secs(1))
         .and_then(|limiter| limiter.with_burst(CELLS_PER_SECOND))
         .expect("valid configuration")
         .with_clock(clock)
 }
 
 fn token_bucket(clock: Clock) -> TokenBucketLimiter {
-    let per_second = CELLS_PER_SECOND.into();
+    let per_second = CELLS_PER_SECOND;
     TokenBucketLimiter::new(CELLS_PER_SECOND, per_second, Duration::from_secs(1))
         .expect("valid configuration")
         .with_clock(clock)
@@ -72,7 +72,7 @@ fn token_bucket(clock: Clock) -> TokenBucketLimiter {
 /// though (the counter's scale is coarser than a tick): the second then
 /// books the next nanosecond's slot, which the queue has room for.
 fn leaky_bucket(clock: Clock) -> LeakyBucketLimiter {
-    LeakyBucketLimiter::new(CELLS_PER_SECOND.into(), Duration::from_secs(1), 1_000_000)
+    LeakyBucketLimiter::new(CELLS_PER_SECOND, Duration::from_secs(1), 1_000_000)
         .expect("valid configuration")
         .with_clock(clock)
 }
@@ -216,7 +216,7 @@ fn stack(c: &mut Criterion) {
             Noop,
             tower::limit::rate::Rate::new(u64::MAX, Duration::from_secs(1)),
         ),
-        UNBOUNDED,
+        UNBOUNDED as usize,
     );
     group.bench_function("tower_concurrency_rate", |b| {
         b.iter(|| ready_call(&mut tower_stack))
@@ -232,7 +232,7 @@ fn stack(c: &mut Criterion) {
     });
 
     // One layer at a time.
-    let mut tower_concurrency = tower::limit::ConcurrencyLimit::new(Noop, UNBOUNDED);
+    let mut tower_concurrency = tower::limit::ConcurrencyLimit::new(Noop, UNBOUNDED as usize);
     group.bench_function("tower_concurrency", |b| {
         b.iter(|| ready_call(&mut tower_concurrency))
     });

@@ -34,7 +34,7 @@ use tower_limits::{AdaptiveRateLimiter, Admission, LeakyBucketLimiter, LimitLaye
 /// Callers sending requests as fast as the client lets them.
 const CALLERS: usize = 50;
 /// The upstream's limits, per second, one after the other.
-pub const LIMITS: [u64; 3] = [20, 40, 10];
+pub const LIMITS: [u32; 3] = [20, 40, 10];
 /// Requests the upstream delays to its pace before it refuses.
 const QUEUE: u32 = 5;
 
@@ -42,7 +42,7 @@ const QUEUE: u32 = 5;
 #[derive(Clone, Copy, Debug)]
 pub struct Second {
     /// The upstream's limit, per second.
-    pub limit: u64,
+    pub limit: u32,
     /// Requests it served.
     pub served: u32,
     /// Requests it refused (`429`).
@@ -60,7 +60,7 @@ struct Upstream {
 }
 
 impl Upstream {
-    async fn serve(limit: u64) -> Result<(Self, String), BoxError> {
+    async fn serve(limit: u32) -> Result<(Self, String), BoxError> {
         let upstream = Self {
             bucket: Arc::new(Mutex::new(bucket(limit)?)),
             served: Arc::default(),
@@ -75,7 +75,7 @@ impl Upstream {
         Ok((upstream, url))
     }
 
-    fn set_limit(&self, limit: u64) -> Result<(), BoxError> {
+    fn set_limit(&self, limit: u32) -> Result<(), BoxError> {
         *self.bucket.lock().unwrap_or_else(PoisonError::into_inner) = bucket(limit)?;
         Ok(())
     }
@@ -89,7 +89,7 @@ impl Upstream {
     }
 }
 
-fn bucket(limit: u64) -> Result<LeakyBucketLimiter, BoxError> {
+fn bucket(limit: u32) -> Result<LeakyBucketLimiter, BoxError> {
     Ok(LeakyBucketLimiter::new(
         limit,
         Duration::from_secs(1),

@@ -22,7 +22,7 @@ use tower_limits::http::TooManyRequestsLayer;
 use tower_limits::{GcraLimiter, KeyedLimiter, RateLimiter};
 
 /// Each tenant: 2 requests per 10 s.
-const TENANT_QUOTA: usize = 2;
+const TENANT_QUOTA: u32 = 2;
 const TENANT_WINDOW: Duration = Duration::from_secs(10);
 
 /// The tenant a request is for; requests without one share "anonymous".

@@ -446,7 +446,7 @@ pub fn rate_limit(
     store: RedisStore,
     settings: &WorkerSettings,
 ) -> Result<SharedLimiter<RedisStore>, BoxError> {
-    let quota = Quota::gcra(settings.rate.into(), WINDOW)?;
+    let quota = Quota::gcra(settings.rate, WINDOW)?;
     Ok(SharedLimiter::new(
         store,
         settings.downstream.clone(),
@@ -531,7 +531,7 @@ pub async fn run_tenant_worker<F>(
 where
     F: Fn(&Task<Job>) -> String + Send + Sync + 'static,
 {
-    let slots = ConcurrencyLimiter::new(settings.slots as usize)?;
+    let slots = ConcurrencyLimiter::new(settings.slots)?;
     run_worker_with!(
         settings,
         rate,

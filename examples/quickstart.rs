@@ -40,11 +40,11 @@ use tower_limits::error::BoxError;
 use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
 
 /// The upstream's quota, and the client's limit: requests per [`WINDOW`].
-const LIMIT: usize = 50;
+const LIMIT: u32 = 50;
 /// The quota's window.
 const WINDOW: Duration = Duration::from_secs(1);
 /// How many client calls may be in flight (or waiting on the rate) at once.
-const MAX_CONCURRENT: usize = 8;
+const MAX_CONCURRENT: u32 = 8;
 /// How many requests the example sends.
 const REQUESTS: usize = 300;
 
@@ -196,7 +196,7 @@ fn print_report(
     let too_many = stats.too_many_requests.load(Ordering::Relaxed);
     waits.sort_unstable();
     admitted_at.sort_unstable();
-    let limit = LIMIT as f64 / WINDOW.as_secs_f64();
+    let limit = f64::from(LIMIT) / WINDOW.as_secs_f64();
 
     println!();
     println!("report");
@@ -206,9 +206,10 @@ fn print_report(
     // burst, starts follow at the limit. So the rate that compares with the
     // limit is the one after the first window: the starts after the LIMIT-th,
     // over the time they took.
-    if admitted_at.len() > LIMIT {
-        let after_burst = admitted_at.len() - LIMIT;
-        let span = admitted_at[admitted_at.len() - 1] - admitted_at[LIMIT - 1];
+    let limit_count = LIMIT as usize;
+    if admitted_at.len() > limit_count {
+        let after_burst = admitted_at.len() - limit_count;
+        let span = admitted_at[admitted_at.len() - 1] - admitted_at[limit_count - 1];
         println!(
             "  achieved rate:  {:.1} requests/s (limit {limit:.1} requests/s)",
             after_burst as f64 / span.as_secs_f64()
@@ -251,7 +252,7 @@ fn human(duration: Duration) -> String {
 async fn start_upstream() -> Result<SocketAddr, BoxError> {
     let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
     let address = listener.local_addr()?;
-    let quota = Quota::new(LIMIT, WINDOW - JITTER_ALLOWANCE);
+    let quota = Quota::new(LIMIT as usize, WINDOW - JITTER_ALLOWANCE);
 
     tokio::spawn(async move {
         loop {

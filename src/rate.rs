@@ -26,7 +26,7 @@
 //!
 //! ```text
 //! rate   = count "/" period
-//! count  = digit+                      ; a whole number from 1 to 18446744073709551615
+//! count  = digit+                      ; a whole number from 1 to 4294967295
 //! period = [ number ] unit             ; a missing number means 1: "10/s" is "10/1s"
 //! number = digit+ [ "." digit+ ]       ; such as 500, 1.5, 0.25; no sign, no exponent
 //! unit   = "ns" | "us" | "µs" | "ms" | "s" | "m" | "h" | "d"
@@ -126,7 +126,7 @@ const DISPLAY_DECIMALS: u32 = 3;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rate {
-    count: u64,
+    count: u32,
     per: Duration,
 }
 
@@ -149,7 +149,7 @@ impl Rate {
     /// assert_eq!(error.field(), "per");
     /// # Ok::<(), tower_limits::error::ConfigError>(())
     /// ```
-    pub fn new(count: u64, per: Duration) -> Result<Self, ConfigError> {
+    pub fn new(count: u32, per: Duration) -> Result<Self, ConfigError> {
         if count == 0 {
             return Err(ConfigError::new("count", count, "must be at least 1"));
         }
@@ -171,7 +171,7 @@ impl Rate {
     /// assert!(Rate::per_second(0).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn per_second(count: u64) -> Result<Self, ConfigError> {
+    pub fn per_second(count: u32) -> Result<Self, ConfigError> {
         Self::new(count, Duration::from_secs(1))
     }
 
@@ -185,7 +185,7 @@ impl Rate {
     /// assert!(Rate::per_minute(0).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn per_minute(count: u64) -> Result<Self, ConfigError> {
+    pub fn per_minute(count: u32) -> Result<Self, ConfigError> {
         Self::new(count, Duration::from_secs(60))
     }
 
@@ -199,7 +199,7 @@ impl Rate {
     /// assert!(Rate::per_hour(0).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn per_hour(count: u64) -> Result<Self, ConfigError> {
+    pub fn per_hour(count: u32) -> Result<Self, ConfigError> {
         Self::new(count, Duration::from_secs(3600))
     }
 
@@ -211,14 +211,8 @@ impl Rate {
     /// assert_eq!("100/m".parse::<Rate>()?.count(), 100);
     /// # Ok::<(), tower_limits::ParseRateError>(())
     /// ```
-    pub fn count(&self) -> u64 {
+    pub fn count(&self) -> u32 {
         self.count
-    }
-
-    /// The count as a `usize`, for limiters that hold that many entries.
-    pub(crate) fn count_as_usize(&self) -> Result<usize, ConfigError> {
-        usize::try_from(self.count)
-            .map_err(|_| ConfigError::new("count", self.count, "must fit in a usize"))
     }
 
     /// The period over which [`count`](Self::count) calls are allowed; longer
@@ -297,7 +291,7 @@ impl Rate {
     /// assert_eq!(error.to_string(), "invalid `shards` (11): must be at most the count, 10, so that every shard gets a call");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn share(&self, shard: u64, shards: u64) -> Result<Self, ConfigError> {
+    pub fn share(&self, shard: u32, shards: u32) -> Result<Self, ConfigError> {
         if shards == 0 {
             return Err(ConfigError::new("shards", shards, "must be at least 1"));
         }
@@ -312,7 +306,7 @@ impl Rate {
             let rule = format!("must be below the number of shards, {shards}");
             return Err(ConfigError::new("shard", shard, rule));
         }
-        let count = self.count / shards + u64::from(shard < self.count % shards);
+        let count = self.count / shards + u32::from(shard < self.count % shards);
         Ok(Self { count, ..*self })
     }
 }
@@ -485,7 +479,7 @@ impl fmt::Display for ParseRateError {
             ),
             Reason::ZeroCount => f.write_str("the count must be at least 1"),
             Reason::CountTooLarge(count) => {
-                write!(f, "the count {count:?} is too large (at most {})", u64::MAX)
+                write!(f, "the count {count:?} is too large (at most {})", u32::MAX)
             }
             Reason::MissingPeriod => {
                 f.write_str("missing the period after \"/\" (such as s, m or 500ms)")
@@ -579,14 +573,14 @@ fn parse(input: &str) -> Result<Rate, Reason> {
     Ok(Rate { count, per })
 }
 
-fn parse_count(count: &str) -> Result<u64, Reason> {
+fn parse_count(count: &str) -> Result<u32, Reason> {
     if count.is_empty() {
         return Err(Reason::MissingCount);
     }
     if !count.bytes().all(|byte| byte.is_ascii_digit()) {
         return Err(Reason::NotACount(count.to_owned()));
     }
-    match count.parse::<u64>() {
+    match count.parse::<u32>() {
         Ok(0) => Err(Reason::ZeroCount),
         Ok(count) => Ok(count),
         // All digits, so the only failure is overflow.

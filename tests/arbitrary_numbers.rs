@@ -99,53 +99,53 @@ fn multiplier() -> impl Strategy<Value = f64> {
 /// A constructor and its numbers.
 #[derive(Clone, Debug)]
 enum Make {
-    Concurrency(usize),
+    Concurrency(u32),
     SlidingLog {
-        max: usize,
+        max: u32,
         window: Duration,
         backoff: Option<(Duration, f64, Duration)>,
     },
     Delay(Duration),
-    EvenlySpaced(usize, Duration),
-    Gcra(u64, Duration, u32),
-    TokenBucket(u32, u64, Duration),
-    LeakyBucket(u64, Duration, u32),
+    EvenlySpaced(u32, Duration),
+    Gcra(u32, Duration, u32),
+    TokenBucket(u32, u32, Duration),
+    LeakyBucket(u32, Duration, u32),
     FixedWindow(u32, Duration, bool),
     SlidingWindowCounter(u32, Duration),
     /// A rate (`count` per `per`) given to each `from_rate` constructor,
     /// picked by the `u8`.
-    FromRate(u64, Duration, u8),
+    FromRate(u32, Duration, u8),
     /// A quota in the memory store, picked by the `u8`, with a burst.
     Shared(u32, Duration, u32, u8),
     Leased(u32, Duration),
     Keyed {
-        count: u64,
+        count: u32,
         period: Duration,
         max_keys: usize,
         idle_timeout: Duration,
     },
-    Composite(usize, u64, Duration),
+    Composite(u32, u32, Duration),
     /// A learned rate: start, floor and ceiling (count per period), burst,
     /// decrease, queueing delay.
     AdaptiveRate {
-        start: (u64, Duration),
-        floor: (u64, Duration),
-        ceiling: (u64, Duration),
+        start: (u32, Duration),
+        floor: (u32, Duration),
+        ceiling: (u32, Duration),
         burst: u32,
         decrease: f64,
         queueing_delay: Option<Duration>,
     },
     /// A learned concurrency limit: initial, min, max, tolerance.
-    AdaptiveConcurrency(usize, usize, usize, f64),
+    AdaptiveConcurrency(u32, u32, u32, f64),
     /// A fleet rate taken in batches: rate, batch, burst.
-    Batched((u64, Duration), u32, u32),
+    Batched((u32, Duration), u32, u32),
 }
 
 fn make() -> impl Strategy<Value = Make> {
     let backoff = proptest::option::of((duration(), multiplier(), duration()));
     prop_oneof![
-        count_usize().prop_map(Make::Concurrency),
-        (count_usize(), duration(), backoff).prop_map(|(max, window, backoff)| {
+        count_u32().prop_map(Make::Concurrency),
+        (count_u32(), duration(), backoff).prop_map(|(max, window, backoff)| {
             Make::SlidingLog {
                 max,
                 window,
@@ -153,17 +153,17 @@ fn make() -> impl Strategy<Value = Make> {
             }
         }),
         duration().prop_map(Make::Delay),
-        (count_usize(), duration()).prop_map(|(n, w)| Make::EvenlySpaced(n, w)),
-        (count_u64(), duration(), count_u32()).prop_map(|(n, p, b)| Make::Gcra(n, p, b)),
-        (count_u32(), count_u64(), duration()).prop_map(|(c, n, p)| Make::TokenBucket(c, n, p)),
-        (count_u64(), duration(), count_u32()).prop_map(|(n, p, q)| Make::LeakyBucket(n, p, q)),
+        (count_u32(), duration()).prop_map(|(n, w)| Make::EvenlySpaced(n, w)),
+        (count_u32(), duration(), count_u32()).prop_map(|(n, p, b)| Make::Gcra(n, p, b)),
+        (count_u32(), count_u32(), duration()).prop_map(|(c, n, p)| Make::TokenBucket(c, n, p)),
+        (count_u32(), duration(), count_u32()).prop_map(|(n, p, q)| Make::LeakyBucket(n, p, q)),
         (count_u32(), duration(), any::<bool>()).prop_map(|(n, w, a)| Make::FixedWindow(n, w, a)),
         (count_u32(), duration()).prop_map(|(n, w)| Make::SlidingWindowCounter(n, w)),
-        (count_u64(), duration(), any::<u8>()).prop_map(|(n, p, k)| Make::FromRate(n, p, k)),
+        (count_u32(), duration(), any::<u8>()).prop_map(|(n, p, k)| Make::FromRate(n, p, k)),
         (count_u32(), duration(), count_u32(), any::<u8>())
             .prop_map(|(n, p, b, k)| Make::Shared(n, p, b, k)),
         (count_u32(), duration()).prop_map(|(n, t)| Make::Leased(n, t)),
-        (count_u64(), duration(), count_usize(), duration()).prop_map(
+        (count_u32(), duration(), count_usize(), duration()).prop_map(
             |(count, period, max_keys, idle_timeout)| Make::Keyed {
                 count,
                 period,
@@ -171,11 +171,11 @@ fn make() -> impl Strategy<Value = Make> {
                 idle_timeout,
             }
         ),
-        (count_usize(), count_u64(), duration()).prop_map(|(c, n, p)| Make::Composite(c, n, p)),
+        (count_u32(), count_u32(), duration()).prop_map(|(c, n, p)| Make::Composite(c, n, p)),
         (
-            (count_u64(), duration()),
-            (count_u64(), duration()),
-            (count_u64(), duration()),
+            (count_u32(), duration()),
+            (count_u32(), duration()),
+            (count_u32(), duration()),
             count_u32(),
             multiplier(),
             proptest::option::of(duration()),
@@ -190,15 +190,15 @@ fn make() -> impl Strategy<Value = Make> {
                     queueing_delay,
                 }
             }),
-        (count_usize(), count_usize(), count_usize(), multiplier())
+        (count_u32(), count_u32(), count_u32(), multiplier())
             .prop_map(|(i, lo, hi, t)| Make::AdaptiveConcurrency(i, lo, hi, t)),
-        ((count_u64(), duration()), count_u32(), count_u32())
+        ((count_u32(), duration()), count_u32(), count_u32())
             .prop_map(|(rate, batch, burst)| Make::Batched(rate, batch, burst)),
     ]
 }
 
 /// Changes a limiter's numbers at run time, where it can.
-type Retune = Box<dyn Fn(u64, Duration, u32) -> Result<(), ConfigError>>;
+type Retune = Box<dyn Fn(u32, Duration, u32) -> Result<(), ConfigError>>;
 
 /// What a constructor built.
 struct Subject {
@@ -209,7 +209,7 @@ struct Subject {
 impl Subject {
     fn new<L: Limiter + Clone>(
         limiter: L,
-        retune: impl Fn(&L, u64, Duration, u32) -> Result<(), ConfigError> + 'static,
+        retune: impl Fn(&L, u32, Duration, u32) -> Result<(), ConfigError> + 'static,
     ) -> Self {
         let handle = limiter.clone();
         Self {
@@ -226,16 +226,12 @@ impl Subject {
     }
 }
 
-fn usize_of(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
-}
-
 impl Make {
     fn build(&self) -> Result<Subject, ConfigError> {
         Ok(match *self {
             Make::Concurrency(max) => Subject::new(
                 ConcurrencyLimiter::new(max)?,
-                |l: &ConcurrencyLimiter, n, _, _| l.set_max_concurrent(usize_of(n)),
+                |l: &ConcurrencyLimiter, n, _, _| l.set_max_concurrent(n),
             ),
             Make::SlidingLog {
                 max,
@@ -251,7 +247,7 @@ impl Make {
                     None => builder.without_backoff(),
                 };
                 Subject::new(builder.build()?, |l: &RateLimiter, n, d, _| {
-                    l.set_limit(usize_of(n), d)
+                    l.set_limit(n, d)
                 })
             }
             Make::Delay(delay) => {
@@ -287,8 +283,8 @@ impl Make {
             Make::FromRate(count, per, which) => from_rate(Rate::new(count, per)?, which)?,
             Make::Shared(count, period, burst, which) => {
                 let quota = match which % 4 {
-                    0 => Quota::gcra(u64::from(count), period)?.with_burst(burst)?,
-                    1 => Quota::token_bucket(burst, u64::from(count), period)?,
+                    0 => Quota::gcra(count, period)?.with_burst(burst)?,
+                    1 => Quota::token_bucket(burst, count, period)?,
                     2 => Quota::fixed_window(count, period)?,
                     _ => Quota::sliding_window_counter(count, period)?,
                 };
@@ -366,7 +362,7 @@ impl Make {
 
 fn from_rate(rate: Rate, which: u8) -> Result<Subject, ConfigError> {
     Ok(match which % 7 {
-        0 => Subject::fixed(RateLimiter::from_rate("arbitrary", rate)?.build()?),
+        0 => Subject::fixed(RateLimiter::from_rate("arbitrary", rate).build()?),
         1 => Subject::fixed(EvenlySpacedRateLimiter::from_rate(rate)?),
         2 => Subject::fixed(GcraLimiter::from_rate(rate)?),
         3 => Subject::fixed(TokenBucketLimiter::from_rate(u32::from(which), rate)?),
@@ -390,7 +386,7 @@ enum Op {
     Advance(Duration),
     /// `set_next_available_after`, any delay.
     PauseFor(Duration),
-    Retune(u64, Duration, u32),
+    Retune(u32, Duration, u32),
     Clear,
     CanProceed,
     RecordStart,
@@ -408,7 +404,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Release),
         2 => prop_oneof![0..10_000_000u64, 0..ten_years].prop_map(|n| Op::Advance(Duration::from_nanos(n))),
         1 => duration().prop_map(Op::PauseFor),
-        1 => (count_u64(), duration(), count_u32()).prop_map(|(n, d, b)| Op::Retune(n, d, b)),
+        1 => (count_u32(), duration(), count_u32()).prop_map(|(n, d, b)| Op::Retune(n, d, b)),
         1 => Just(Op::Clear),
         1 => Just(Op::CanProceed),
         1 => Just(Op::RecordStart),

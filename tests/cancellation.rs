@@ -43,7 +43,7 @@ struct Limits {
 
 impl Limits {
     fn new(max_concurrent: usize, max_rate: usize, window: Duration, backoff: bool) -> Self {
-        let builder = RateLimiter::builder(NAME, max_rate, window);
+        let builder = RateLimiter::builder(NAME, max_rate as u32, window);
         let builder = if backoff {
             builder
                 .initial_backoff(ms(1))
@@ -53,7 +53,7 @@ impl Limits {
             builder.without_backoff()
         };
         Self {
-            concurrency: ConcurrencyLimiter::new(max_concurrent).unwrap(),
+            concurrency: ConcurrencyLimiter::new(max_concurrent as u32).unwrap(),
             rate: builder.build().unwrap(),
             max_concurrent,
             max_rate,
@@ -89,7 +89,7 @@ impl Limits {
                 calls.lock().unwrap().push(Call {
                     at: Instant::now(),
                     counted,
-                    running: concurrency.running(),
+                    running: concurrency.running() as usize,
                 });
                 async move {
                     sleep(work).await;

@@ -38,7 +38,7 @@ async fn too_high(limiter: &impl Limiter, cost: u32) -> CostTooHigh {
         .expect("the failure is CostTooHigh")
 }
 
-fn window(max: usize, length: Duration) -> RateLimiter {
+fn window(max: u32, length: Duration) -> RateLimiter {
     RateLimiter::builder("cost", max, length)
         .without_backoff()
         .build()

@@ -22,7 +22,7 @@ use tower_limits::http::FeedbackLayer;
 use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
 
 /// The upstream's own limit: 5 requests in any sliding second.
-const UPSTREAM_MAX: usize = 5;
+const UPSTREAM_MAX: u32 = 5;
 const UPSTREAM_WINDOW: Duration = Duration::from_secs(1);
 /// Requests already on their way when the first 429 was sent.
 const IN_FLIGHT_GRACE: Duration = Duration::from_millis(250);
@@ -53,7 +53,7 @@ impl Upstream {
         {
             self.starts.pop_front();
         }
-        let arrival = if self.starts.len() < UPSTREAM_MAX {
+        let arrival = if self.starts.len() < UPSTREAM_MAX as usize {
             self.starts.push_back(at);
             Arrival {
                 at,

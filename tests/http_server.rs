@@ -25,7 +25,7 @@ use tower_limits::{
     LimiterFuture, QuotaStatus, RateLimiter, TokenBucketLimiter,
 };
 
-fn per_peer_rate(max: usize, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
+fn per_peer_rate(max: u32, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
     KeyedLimiter::builder(move |peer: &IpAddr| {
         RateLimiter::builder(peer.to_string(), max, window)
             .without_backoff()

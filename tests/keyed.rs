@@ -7,7 +7,7 @@ use tower_limits::{
     Admission, ConcurrencyLimiter, DelayLimiter, KeyedLimiter, Limiter, LimiterExt, RateLimiter,
 };
 
-fn per_key_rate(max: usize) -> KeyedLimiter<String, RateLimiter> {
+fn per_key_rate(max: u32) -> KeyedLimiter<String, RateLimiter> {
     KeyedLimiter::builder(move |key: &String| {
         RateLimiter::builder(key.clone(), max, Duration::from_secs(1))
             .without_backoff()
@@ -135,17 +135,16 @@ fn a_zero_bound_is_a_config_error() {
 /// A hot tenant split into four shards of its 100 a second, one per worker,
 /// each worker calling as fast as its shard lets it for `span`; the
 /// admission instants of all workers together.
-async fn sharded_admissions(workers: u64, span: Duration) -> Vec<Instant> {
+async fn sharded_admissions(workers: u32, span: Duration) -> Vec<Instant> {
     use std::sync::{Arc, Mutex};
     use tower_limits::{LimiterExt, Rate};
 
-    const SHARDS: u64 = 4;
+    const SHARDS: u32 = 4;
     let rate: Rate = "100/s".parse().unwrap();
-    let keyed = KeyedLimiter::builder(move |&(_, shard): &(&str, u64)| {
+    let keyed = KeyedLimiter::builder(move |&(_, shard): &(&str, u32)| {
         let share = rate.share(shard, SHARDS).unwrap();
         let name = format!("acme#{shard}");
         RateLimiter::from_rate(name, share)
-            .unwrap()
             .without_backoff()
             .build()
             .unwrap()

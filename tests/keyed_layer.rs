@@ -29,7 +29,7 @@ fn call(tenant: &'static str, id: usize) -> Call {
 }
 
 /// `max` per second per tenant.
-fn per_tenant(max: usize) -> KeyedLimiter<&'static str, RateLimiter> {
+fn per_tenant(max: u32) -> KeyedLimiter<&'static str, RateLimiter> {
     KeyedLimiter::builder(move |tenant: &&'static str| {
         RateLimiter::builder(*tenant, max, Duration::from_secs(1))
             .without_backoff()

@@ -33,7 +33,7 @@ use tower_test::mock::{self, Spawn};
 
 // ===== helpers =====
 
-fn concurrency(max: usize) -> ConcurrencyLimiter {
+fn concurrency(max: u32) -> ConcurrencyLimiter {
     ConcurrencyLimiter::new(max).expect("valid concurrency limit")
 }
 
@@ -42,7 +42,7 @@ fn delay(delay: Duration) -> DelayLimiter {
 }
 
 /// A plain sliding window: `max` starts per `window`, no backoff.
-fn rate(max: usize, window: Duration) -> RateLimiter {
+fn rate(max: u32, window: Duration) -> RateLimiter {
     RateLimiter::builder("test", max, window)
         .without_backoff()
         .build()

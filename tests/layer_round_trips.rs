@@ -140,7 +140,7 @@ impl<L: Limiter> Limiter for RoundTrip<L> {
 }
 
 /// `count` a second, `burst` at once.
-fn gcra(count: u64, burst: u32) -> GcraLimiter {
+fn gcra(count: u32, burst: u32) -> GcraLimiter {
     GcraLimiter::new(count, secs(1))
         .and_then(|limiter| limiter.with_burst(burst))
         .expect("valid configuration")

@@ -103,23 +103,27 @@ async fn a_huge_settle_fills_an_evenly_spaced_window_without_allocating_per_unit
     assert!(limiter.peek(1).await.unwrap().is_some());
 }
 
-/// A capacity of `usize::MAX` (reachable from the string
-/// "18446744073709551615/1ns") with a cost of 0 or `u32::MAX`: answers, no
-/// overflow.
+/// The largest capacity (reachable from the string "4294967295/1ns") with a
+/// cost of 0 or `u32::MAX`: answers, no overflow.
 #[tokio::test(start_paused = true)]
 async fn extreme_capacities_and_costs_answer_without_panicking() {
-    let rate: Rate = "18446744073709551615/1ns".parse().unwrap();
-    let sliding = RateLimiter::from_rate("x", rate).unwrap().build().unwrap();
-    let built = RateLimiter::builder("x", usize::MAX, secs(1))
-        .build()
-        .unwrap();
-    for limiter in [sliding, built] {
+    let rate: Rate = "4294967295/1ns".parse().unwrap();
+    let sliding = || RateLimiter::from_rate("x", rate).build().unwrap();
+    let built = || {
+        RateLimiter::builder("x", u32::MAX, secs(1))
+            .build()
+            .unwrap()
+    };
+    for make in [&sliding as &dyn Fn() -> RateLimiter, &built] {
         for cost in [0, 1, u32::MAX] {
+            let limiter = make();
             assert!(limiter.peek(cost).await.unwrap().is_none());
             drop(granted(limiter.try_acquire_many(cost).await.unwrap()));
+            limiter.set_limit(u32::MAX, secs(1)).unwrap();
+            // Only a cost that fills the window starts the default backoff.
+            let backing_off = limiter.peek(0).await.unwrap().is_some();
+            assert_eq!(backing_off, cost == u32::MAX, "cost {cost}");
         }
-        limiter.set_limit(usize::MAX, secs(1)).unwrap();
-        assert!(limiter.peek(0).await.unwrap().is_none());
     }
     // The evenly spaced limiter refuses a rate it cannot space (below a
     // nanosecond apart) instead of overflowing.

@@ -19,7 +19,7 @@ use tower_limits::{Admission, BatchedLimiter, Limiter, Rate};
 /// Set (to the key prefix) in a spawned worker's environment.
 const PREFIX_VAR: &str = "TOWER_LIMITS_BATCHED_PREFIX";
 const PROCESSES: usize = 4;
-const RATE: u64 = 1_500_000;
+const RATE: u32 = 1_500_000;
 const BATCH: u32 = 20_000;
 const BURST: u32 = 4 * BATCH;
 /// How long each worker calls.

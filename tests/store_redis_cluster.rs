@@ -99,7 +99,7 @@ impl Nodes {
     }
 }
 
-fn policy(max: usize, window: Duration) -> WindowPolicy {
+fn policy(max: u32, window: Duration) -> WindowPolicy {
     RateLimiter::builder("policy", max, window)
         .without_backoff()
         .build()

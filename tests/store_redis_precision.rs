@@ -169,7 +169,7 @@ async fn sliding_log_never_admits_more_than_the_limit_per_window() {
     at_both_rates(async |store, rate, saturable| {
         let limit = per_window(rate, WINDOW);
         let what = format!("sliding log {limit}/{WINDOW:?}");
-        let limiter = RateLimiter::builder(format!("log-{rate}"), limit as usize, WINDOW)
+        let limiter = RateLimiter::builder(format!("log-{rate}"), limit, WINDOW)
             .without_backoff()
             .store(store.clone())
             .build()
@@ -188,7 +188,7 @@ async fn sliding_log_never_admits_more_than_the_limit_per_window() {
 async fn gcra_never_admits_more_than_burst_plus_rate() {
     at_both_rates(async |store, rate, saturable| {
         let burst = per_window(rate, BURST);
-        let quota = Quota::gcra(u64::from(rate), Duration::from_secs(1))
+        let quota = Quota::gcra(rate, Duration::from_secs(1))
             .unwrap()
             .with_burst(burst)
             .unwrap();

@@ -87,11 +87,13 @@ impl Outcome {
 
     /// No `window` holds more than `max` grants whose span lies inside it;
     /// and some window does hold at least `max / 2`, so the check has teeth.
-    fn assert_at_most_per_window(&self, max: usize, window: Duration) {
+    fn assert_at_most_per_window(&self, max: u32, window: Duration) {
+        let max = max as usize;
         assert_at_most_per_window(&self.spans, max, window, max.div_ceil(2));
     }
 
-    fn assert_concurrency_reached(&self, max: usize) {
+    fn assert_concurrency_reached(&self, max: u32) {
+        let max = max as usize;
         assert!(
             self.max_running <= max,
             "{} ran at once, limit {max}",
@@ -103,9 +105,9 @@ impl Outcome {
 
 // -------------------------------------------------------------- limiters
 
-const MAX_CONCURRENT: usize = 8;
+const MAX_CONCURRENT: u32 = 8;
 /// 100 per 100 ms: 1,000 callers take about a second.
-const RATE_MAX: usize = 100;
+const RATE_MAX: u32 = 100;
 const RATE_WINDOW: Duration = Duration::from_millis(100);
 
 fn concurrency() -> Recorder<ConcurrencyLimiter> {
@@ -196,7 +198,7 @@ async fn evenly_spaced_limiter_holds_for_1000_concurrent_callers() {
     let outcome = direct(Recorder::new(limiter), Duration::from_millis(3)).await;
     outcome.assert_all_got_through();
     outcome.assert_at_most_per_window(RATE_MAX, RATE_WINDOW);
-    outcome.assert_at_most_per_window(1, RATE_WINDOW / RATE_MAX as u32);
+    outcome.assert_at_most_per_window(1, RATE_WINDOW / RATE_MAX);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

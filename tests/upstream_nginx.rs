@@ -189,7 +189,7 @@ async fn run_for(nginx: &Nginx, limiter: &AdaptiveRateLimiter, seconds: u32) -> 
     rates
 }
 
-fn adaptive(start: u64) -> AdaptiveRateLimiter {
+fn adaptive(start: u32) -> AdaptiveRateLimiter {
     AdaptiveRateLimiter::builder(Rate::per_second(start).unwrap())
         .queueing_delay(Duration::from_millis(20))
         .burst(2)
@@ -301,7 +301,7 @@ async fn a_known_limit_is_saturated_without_refusals() {
         nodelay: true,
         retry_after: 1,
     });
-    let gcra = GcraLimiter::new(RATE.into(), Duration::from_secs(1))
+    let gcra = GcraLimiter::new(RATE, Duration::from_secs(1))
         .unwrap()
         .with_burst(2)
         .unwrap();

@@ -230,10 +230,9 @@ impl CostTooHigh {
 
     /// `Ok` if `cost` fits in `capacity`; else this error, as a [`LimiterError`].
     #[inline]
-    pub(crate) fn check(cost: u32, capacity: usize) -> Result<(), LimiterError> {
-        let capacity = u64::try_from(capacity).unwrap_or(u64::MAX);
-        if u64::from(cost) > capacity {
-            return Err(LimiterError::new(Self::new(cost, capacity)));
+    pub(crate) fn check(cost: u32, capacity: u32) -> Result<(), LimiterError> {
+        if cost > capacity {
+            return Err(LimiterError::new(Self::new(cost, u64::from(capacity))));
         }
         Ok(())
     }

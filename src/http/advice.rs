@@ -163,7 +163,7 @@ pub(crate) fn stated_quota(headers: &HeaderMap) -> Option<Rate> {
     let policies = read(headers, RATELIMIT_POLICY, RateLimitPolicy::parse_list)?;
     policies
         .iter()
-        .filter_map(|policy| Rate::new(policy.quota(), policy.window()?).ok())
+        .filter_map(|policy| Rate::new(u32::try_from(policy.quota()).ok()?, policy.window()?).ok())
         .min_by(|a, b| a.as_per_second_f64().total_cmp(&b.as_per_second_f64()))
 }
 

@@ -283,7 +283,7 @@ pub type ConcurrencyLimit<S> = Limit<S, ConcurrencyLimiter>;
 /// use tower_limits::error::ConfigError;
 /// use tower_limits::{RateLimitLayer, RateLimiter};
 ///
-/// fn per_second(name: &str, max: usize) -> Result<RateLimitLayer, ConfigError> {
+/// fn per_second(name: &str, max: u32) -> Result<RateLimitLayer, ConfigError> {
 ///     let limiter = RateLimiter::builder(name, max, Duration::from_secs(1)).build()?;
 ///     Ok(RateLimitLayer::new(limiter))
 /// }

@@ -106,9 +106,9 @@ struct Gradient {
 impl Gradient {
     /// A call that ran with `in_flight` calls (itself included) took
     /// `latency`, ending `now`; the new limit.
-    fn sample(&mut self, latency: Duration, in_flight: usize, now: Instant) -> f64 {
+    fn sample(&mut self, latency: Duration, in_flight: u32, now: Instant) -> f64 {
         let base = self.base.observe(latency, now).as_secs_f64();
-        if (in_flight as f64) < self.limit / 2.0 {
+        if f64::from(in_flight) < self.limit / 2.0 {
             return self.limit; // not in use: no news about a larger limit
         }
         let latency = latency.as_secs_f64().max(1e-9);
@@ -153,7 +153,7 @@ impl AdaptiveConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn limit(&self) -> usize {
+    pub fn limit(&self) -> u32 {
         self.shared.slots.max_concurrent()
     }
 
@@ -170,7 +170,7 @@ impl AdaptiveConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn running(&self) -> usize {
+    pub fn running(&self) -> u32 {
         self.shared.slots.running()
     }
 }
@@ -194,7 +194,7 @@ impl Release for Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .sample(latency, in_flight, Instant::now());
         // The limit is within min and max, both valid.
-        let limit = limit as usize;
+        let limit = limit as u32;
         if limit != self.slots.max_concurrent() && self.slots.set_max_concurrent(limit).is_ok() {
             tracing::trace!(limit, ?latency, "adaptive concurrency limit changed");
         }
@@ -277,9 +277,9 @@ impl fmt::Debug for AdaptiveConcurrencyLimiter {
 #[derive(Clone, Debug)]
 #[must_use = "call `build` to get the limiter"]
 pub struct AdaptiveConcurrencyLimiterBuilder {
-    initial: usize,
-    min: usize,
-    max: usize,
+    initial: u32,
+    min: u32,
+    max: u32,
     tolerance: f64,
 }
 
@@ -290,7 +290,7 @@ impl AdaptiveConcurrencyLimiterBuilder {
     /// let builder = tower_limits::AdaptiveConcurrencyLimiter::builder().initial(4);
     /// # let _ = builder;
     /// ```
-    pub fn initial(mut self, initial: usize) -> Self {
+    pub fn initial(mut self, initial: u32) -> Self {
         self.initial = initial;
         self
     }
@@ -301,7 +301,7 @@ impl AdaptiveConcurrencyLimiterBuilder {
     /// let builder = tower_limits::AdaptiveConcurrencyLimiter::builder().min(2);
     /// # let _ = builder;
     /// ```
-    pub fn min(mut self, min: usize) -> Self {
+    pub fn min(mut self, min: u32) -> Self {
         self.min = min;
         self
     }
@@ -312,7 +312,7 @@ impl AdaptiveConcurrencyLimiterBuilder {
     /// let builder = tower_limits::AdaptiveConcurrencyLimiter::builder().max(64);
     /// # let _ = builder;
     /// ```
-    pub fn max(mut self, max: usize) -> Self {
+    pub fn max(mut self, max: u32) -> Self {
         self.max = max;
         self
     }
@@ -362,9 +362,9 @@ impl AdaptiveConcurrencyLimiterBuilder {
             shared: Arc::new(Shared {
                 slots: ConcurrencyLimiter::new(self.initial)?,
                 gradient: Mutex::new(Gradient {
-                    limit: self.initial as f64,
-                    min: self.min as f64,
-                    max: self.max as f64,
+                    limit: f64::from(self.initial),
+                    min: f64::from(self.min),
+                    max: f64::from(self.max),
                     tolerance: self.tolerance,
                     base: LowestLatency::new(LATENCY_MEMORY, Instant::now()),
                 }),
@@ -393,13 +393,13 @@ mod tests {
         let (ms, now) = (Duration::from_millis, Instant::now());
         let mut g = gradient(16.0);
         for _ in 0..50 {
-            g.sample(ms(15), g.limit as usize, now);
+            g.sample(ms(15), g.limit as u32, now);
         }
-        g.sample(ms(10), g.limit as usize, now);
+        g.sample(ms(10), g.limit as u32, now);
         let grown = g.limit;
         assert!(grown > 25.0, "{grown}");
         for _ in 0..20 {
-            g.sample(ms(100), grown as usize, now);
+            g.sample(ms(100), grown as u32, now);
         }
         assert!(g.limit < grown / 2.0, "{}", g.limit);
     }

@@ -267,7 +267,7 @@ impl<S: QuotaStore> Clone for BatchedLimiter<S> {
 impl<S: QuotaStore> Limiter for BatchedLimiter<S> {
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &self.shared;
-        if let Err(error) = CostTooHigh::check(cost, shared.batch as usize) {
+        if let Err(error) = CostTooHigh::check(cost, shared.batch) {
             return LimiterFuture::ready(Err(error));
         }
         if shared.take(cost) {
@@ -290,7 +290,7 @@ impl<S: QuotaStore> Limiter for BatchedLimiter<S> {
     /// `None` if `cost` units are in hand, or a batch could be taken now.
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let shared = &*self.shared;
-        if let Err(error) = CostTooHigh::check(cost, shared.batch as usize) {
+        if let Err(error) = CostTooHigh::check(cost, shared.batch) {
             return LimiterFuture::ready(Err(error));
         }
         if shared.tokens.load(Ordering::Relaxed) >= u64::from(cost) {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
@@ -41,7 +41,7 @@ pub struct ConcurrencyLimiter {
 }
 
 struct ConcurrencyState {
-    max_concurrent: AtomicUsize,
+    max_concurrent: AtomicU32,
     slots: Slots,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
@@ -68,7 +68,7 @@ impl ConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(max_concurrent: usize) -> Result<Self, ConfigError> {
+    pub fn new(max_concurrent: u32) -> Result<Self, ConfigError> {
         validate(max_concurrent)?;
         Ok(Self::build(max_concurrent, Clock::default()))
     }
@@ -95,7 +95,7 @@ impl ConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn set_max_concurrent(&self, max_concurrent: usize) -> Result<(), ConfigError> {
+    pub fn set_max_concurrent(&self, max_concurrent: u32) -> Result<(), ConfigError> {
         validate(max_concurrent)?;
         self.state
             .max_concurrent
@@ -126,10 +126,10 @@ impl ConcurrencyLimiter {
         Self::build(self.max_concurrent(), clock)
     }
 
-    fn build(max_concurrent: usize, clock: Clock) -> Self {
+    fn build(max_concurrent: u32, clock: Clock) -> Self {
         Self {
             state: Arc::new(ConcurrencyState {
-                max_concurrent: AtomicUsize::new(max_concurrent),
+                max_concurrent: AtomicU32::new(max_concurrent),
                 slots: Slots::default(),
                 not_before: AtomicU64::new(0),
                 released: ReleaseEvent::new(),
@@ -150,7 +150,7 @@ impl ConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn max_concurrent(&self) -> usize {
+    pub fn max_concurrent(&self) -> u32 {
         self.state.max()
     }
 
@@ -170,24 +170,17 @@ impl ConcurrencyLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn running(&self) -> usize {
+    pub fn running(&self) -> u32 {
         self.state.slots.running()
     }
 }
 
-fn validate(max_concurrent: usize) -> Result<(), ConfigError> {
+fn validate(max_concurrent: u32) -> Result<(), ConfigError> {
     if max_concurrent == 0 {
         return Err(ConfigError::new(
             "max_concurrent",
             max_concurrent,
             "must be at least 1",
-        ));
-    }
-    if max_concurrent > u32::MAX as usize {
-        return Err(ConfigError::new(
-            "max_concurrent",
-            max_concurrent,
-            "must be at most 4294967295",
         ));
     }
     Ok(())
@@ -196,7 +189,7 @@ fn validate(max_concurrent: usize) -> Result<(), ConfigError> {
 impl ConcurrencyState {
     /// `SeqCst`: a waiter's second look must see a raised maximum.
     #[inline]
-    fn max(&self) -> usize {
+    fn max(&self) -> u32 {
         self.max_concurrent.load(Ordering::SeqCst)
     }
 
@@ -205,7 +198,7 @@ impl ConcurrencyState {
         if let Some(until) = self.paused_until() {
             return Some(Denial::until(self.clock.instant_at(until)));
         }
-        let fits = self.slots.running() + cost as usize <= self.max();
+        let fits = u64::from(self.slots.running()) + u64::from(cost) <= u64::from(self.max());
         (!fits).then(|| Denial::until_released(self.released.listen()))
     }
 
@@ -286,16 +279,17 @@ struct Slots(AtomicU64);
 const RUNNING: u64 = u32::MAX as u64;
 
 impl Slots {
-    fn running(&self) -> usize {
-        (self.0.load(Ordering::SeqCst) & RUNNING) as usize
+    fn running(&self) -> u32 {
+        // The low half holds the count: it fits.
+        u32::try_from(self.0.load(Ordering::SeqCst) & RUNNING).unwrap_or(u32::MAX)
     }
 
     /// Takes `cost` slots if that leaves at most `max` taken; returns the
     /// generation.
     #[inline]
-    fn try_take(&self, max: usize, cost: u32) -> Option<u64> {
-        let cost = u64::from(cost);
-        self.update(|word| ((word & RUNNING) + cost <= max as u64).then_some(word + cost))
+    fn try_take(&self, max: u32, cost: u32) -> Option<u64> {
+        let (max, cost) = (u64::from(max), u64::from(cost));
+        self.update(|word| ((word & RUNNING) + cost <= max).then_some(word + cost))
     }
 
     /// Takes `count` slots of `generation` (of any, if `None`) whatever the
@@ -378,7 +372,7 @@ impl Limiter for ConcurrencyLimiter {
             return;
         };
         let (generation, from) = (token >> 32, permit.cost());
-        let actual = actual.min(u32::try_from(self.state.max()).unwrap_or(u32::MAX));
+        let actual = actual.min(self.state.max());
         let held = self.state.resettle(generation, from, actual);
         permit.settled(held, Some(generation << 32 | u64::from(held)));
     }

@@ -59,7 +59,7 @@ pub struct EvenlySpacedRateLimiter {
 struct SpacingState {
     /// Fired when a refund or `clear` frees a start early.
     reopened: ReleaseEvent,
-    max_executions: usize,
+    max_executions: u32,
     window: u64,
     interval: u64,
     clock: Clock,
@@ -98,10 +98,10 @@ impl EvenlySpacedRateLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(max_executions: usize, window: Duration) -> Result<Self, ConfigError> {
+    pub fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
         super::validate_window(max_executions, window)?;
         let window = duration_nanos(window);
-        if u64::try_from(max_executions).is_ok_and(|max| max <= window) {
+        if u64::from(max_executions) <= window {
             return Ok(Self::build(max_executions, window, Clock::default()));
         }
         Err(ConfigError::new(
@@ -116,7 +116,7 @@ impl EvenlySpacedRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if the count does not fit in a `usize`.
+    /// [`ConfigError`] on the rules of [`new`](EvenlySpacedRateLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;
@@ -129,7 +129,7 @@ impl EvenlySpacedRateLimiter {
     /// # }
     /// ```
     pub fn from_rate(rate: crate::Rate) -> Result<Self, ConfigError> {
-        Self::new(rate.count_as_usize()?, rate.per())
+        Self::new(rate.count(), rate.per())
     }
 
     /// The same limiter reading `clock` (see [`Clock`]); state starts afresh.
@@ -158,8 +158,8 @@ impl EvenlySpacedRateLimiter {
     }
 
     /// `max_executions` is at least 1 and at most `window`.
-    fn build(max_executions: usize, window: u64, clock: Clock) -> Self {
-        let max = u64::try_from(max_executions).unwrap_or(u64::MAX);
+    fn build(max_executions: u32, window: u64, clock: Clock) -> Self {
+        let max = u64::from(max_executions);
         Self {
             state: Arc::new(SpacingState {
                 reopened: ReleaseEvent::new(),
@@ -201,7 +201,7 @@ impl SpacingState {
 
     /// `max_executions` as units (it is at most the window's nanoseconds).
     fn max_units(&self) -> u64 {
-        u64::try_from(self.max_executions).unwrap_or(u64::MAX)
+        u64::from(self.max_executions)
     }
 
     /// The time `cost` starts occupy.
@@ -363,7 +363,7 @@ impl Limiter for EvenlySpacedRateLimiter {
     /// spaced accordingly.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         if let Some(start) = permit.token() {
-            let max = u32::try_from(self.state.max_executions).unwrap_or(u32::MAX);
+            let max = self.state.max_executions;
             let actual = actual.min(max);
             self.state.respace(start, permit.cost(), actual);
             permit.settled(actual, None);

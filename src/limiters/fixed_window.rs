@@ -153,7 +153,7 @@ impl FixedWindowLimiter {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if the count does not fit in a `u32`.
+    /// [`ConfigError`] on the rules of [`new`](FixedWindowLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;

@@ -110,8 +110,8 @@ impl GcraLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(count: u64, period: Duration) -> Result<Self, ConfigError> {
-        let config = CellConfig::new(NAMES, count, period, 1)?;
+    pub fn new(count: u32, period: Duration) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(NAMES, u64::from(count), period, 1)?;
         Ok(Self {
             cells: Cells::shared(config, Clock::default()),
         })
@@ -167,8 +167,8 @@ impl GcraLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn set_limit(&self, count: u64, period: Duration, burst: u32) -> Result<(), ConfigError> {
-        let config = CellConfig::new(NAMES, count, period, burst)?;
+    pub fn set_limit(&self, count: u32, period: Duration, burst: u32) -> Result<(), ConfigError> {
+        let config = CellConfig::new(NAMES, u64::from(count), period, burst)?;
         self.cells.retune(config);
         Ok(())
     }

@@ -95,9 +95,9 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// const SHARDS: u64 = 4;
+/// const SHARDS: u32 = 4;
 /// let rate: Rate = "100/s".parse()?;
-/// let per_tenant = KeyedLimiter::builder(move |&(_tenant, shard): &(&str, u64)| {
+/// let per_tenant = KeyedLimiter::builder(move |&(_tenant, shard): &(&str, u32)| {
 ///     let share = rate.share(shard, SHARDS).expect("4 shards of 100/s");
 ///     GcraLimiter::from_rate(share).expect("valid share")
 /// })

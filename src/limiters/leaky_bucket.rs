@@ -168,8 +168,8 @@ impl LeakyBucketLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(count: u64, period: Duration, queue_capacity: u32) -> Result<Self, ConfigError> {
-        let config = CellConfig::new(NAMES, count, period, queue_capacity)?;
+    pub fn new(count: u32, period: Duration, queue_capacity: u32) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(NAMES, u64::from(count), period, queue_capacity)?;
         Ok(Self::build(config, Clock::default()))
     }
 
@@ -400,7 +400,7 @@ impl BucketState {
     /// that a reset in between is not missed), or overflows.
     #[inline]
     fn admit(self: &Arc<Self>, cost: u32) -> Result<Admission, LimiterError> {
-        CostTooHigh::check(cost, self.config.burst() as usize)?;
+        CostTooHigh::check(cost, self.config.burst())?;
         let now = self.clock.now_nanos();
         match self.start(now, cost) {
             Ok(permit) => Ok(Admission::Granted(permit)),
@@ -427,7 +427,7 @@ impl BucketState {
 
     /// What [`admit`](Self::admit) would answer now, booking nothing.
     fn look(&self, cost: u32) -> Result<Option<Denial>, LimiterError> {
-        CostTooHigh::check(cost, self.config.burst() as usize)?;
+        CostTooHigh::check(cost, self.config.burst())?;
         let now = self.clock.now_nanos();
         let free_at = self.free_at();
         if now >= free_at {

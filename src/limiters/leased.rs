@@ -289,7 +289,7 @@ impl<S: LeaseStore> Clone for LeasedConcurrencyLimiter<S> {
 impl<S: LeaseStore> Limiter for LeasedConcurrencyLimiter<S> {
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &self.shared;
-        if let Err(error) = CostTooHigh::check(cost, shared.max as usize) {
+        if let Err(error) = CostTooHigh::check(cost, shared.max) {
             return LimiterFuture::ready(Err(error));
         }
         let listener = shared.released.listen();
@@ -314,7 +314,7 @@ impl<S: LeaseStore> Limiter for LeasedConcurrencyLimiter<S> {
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
-            CostTooHigh::check(cost, shared.max as usize)?;
+            CostTooHigh::check(cost, shared.max)?;
             if let Some(at) = shared.store.paused_until(&shared.key).await? {
                 return Ok(Some(Denial::until(at)));
             }

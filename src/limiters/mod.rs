@@ -47,7 +47,7 @@ pub use token_bucket::TokenBucketLimiter;
 
 /// Checks the `max_executions` per `window` shared by the window limiters.
 pub(crate) fn validate_window(
-    max_executions: usize,
+    max_executions: u32,
     window: std::time::Duration,
 ) -> Result<(), crate::error::ConfigError> {
     use crate::error::ConfigError;

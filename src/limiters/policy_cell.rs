@@ -40,14 +40,14 @@ fn decode([max_executions, window, initial, multiplier, max]: [u64; 5]) -> Windo
         max: Duration::from_nanos(max),
     });
     WindowPolicy {
-        max_executions: usize::try_from(max_executions).unwrap_or(usize::MAX),
+        max_executions: u32::try_from(max_executions).unwrap_or(u32::MAX),
         window: Duration::from_nanos(window),
         backoff,
     }
 }
 
 fn encode(policy: &WindowPolicy) -> [u64; 5] {
-    let max_executions = u64::try_from(policy.max_executions).unwrap_or(u64::MAX);
+    let max_executions = u64::from(policy.max_executions);
     let (initial, multiplier, max) = match policy.backoff {
         Some(backoff) => (
             duration_nanos(backoff.initial).min(NO_BACKOFF - 1),
@@ -64,7 +64,7 @@ fn encode(policy: &WindowPolicy) -> [u64; 5] {
 mod tests {
     use super::*;
 
-    fn policy(max_executions: usize) -> WindowPolicy {
+    fn policy(max_executions: u32) -> WindowPolicy {
         WindowPolicy {
             max_executions,
             window: Duration::from_millis(max_executions as u64),

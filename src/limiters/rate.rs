@@ -169,7 +169,7 @@ impl RateLimiter {
     /// ```
     pub fn builder(
         name: impl Into<String>,
-        max_executions: usize,
+        max_executions: u32,
         window: Duration,
     ) -> RateLimiterBuilder<MemoryStore> {
         RateLimiterBuilder {
@@ -186,26 +186,19 @@ impl RateLimiter {
     /// [`builder`](RateLimiter::builder) with the limit given as a [`Rate`]:
     /// `rate.count()` starts per `rate.per()` window.
     ///
-    /// # Errors
-    ///
-    /// [`ConfigError`] if the count does not fit in a `usize`.
-    ///
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::{RateLimiter, Rate};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = RateLimiter::from_rate("mail", "100/m".parse::<Rate>()?)?.build()?;
+    /// let limiter = RateLimiter::from_rate("mail", "100/m".parse::<Rate>()?).build()?;
     /// assert_eq!(limiter.policy().max_executions(), 100);
     /// assert_eq!(limiter.policy().window(), Duration::from_secs(60));
     /// # Ok(())
     /// # }
     /// ```
-    pub fn from_rate(
-        name: impl Into<String>,
-        rate: Rate,
-    ) -> Result<RateLimiterBuilder<MemoryStore>, ConfigError> {
-        Ok(Self::builder(name, rate.count_as_usize()?, rate.per()))
+    pub fn from_rate(name: impl Into<String>, rate: Rate) -> RateLimiterBuilder<MemoryStore> {
+        Self::builder(name, rate.count(), rate.per())
     }
 }
 
@@ -277,7 +270,7 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn set_limit(&self, max_executions: usize, window: Duration) -> Result<(), ConfigError> {
+    pub fn set_limit(&self, max_executions: u32, window: Duration) -> Result<(), ConfigError> {
         let policy = WindowPolicy {
             max_executions,
             window,
@@ -456,7 +449,7 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
             return;
         };
         let max = self.policy().max_executions();
-        let actual = actual.min(u32::try_from(max).unwrap_or(u32::MAX));
+        let actual = actual.min(max);
         if from != actual {
             let to = actual;
             self.shared.adjust(Adjustment::Settle { ticket, from, to });
@@ -506,7 +499,7 @@ impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
 pub struct RateLimiterBuilder<S> {
     name: String,
     store: S,
-    max_executions: usize,
+    max_executions: u32,
     window: Duration,
     backoff: Option<Backoff>,
 }

@@ -182,7 +182,7 @@ impl<S: QuotaStore> Shared<S> {
     /// The quota in force, if it admits `cost` at all.
     fn check(&self, cost: u32) -> Result<Quota, LimiterError> {
         let quota = self.quota();
-        CostTooHigh::check(cost, quota.capacity() as usize)?;
+        CostTooHigh::check(cost, quota.capacity())?;
         Ok(quota)
     }
 

@@ -173,7 +173,7 @@ impl SlidingWindowCounterLimiter {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if the count does not fit in a `u32`.
+    /// [`ConfigError`] on the rules of [`new`](SlidingWindowCounterLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;

@@ -100,8 +100,8 @@ impl TokenBucketLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn new(capacity: u32, refill: u64, period: Duration) -> Result<Self, ConfigError> {
-        let config = CellConfig::new(NAMES, refill, period, capacity)?;
+    pub fn new(capacity: u32, refill: u32, period: Duration) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(NAMES, u64::from(refill), period, capacity)?;
         Ok(Self {
             cells: Cells::shared(config, Clock::default()),
         })
@@ -187,10 +187,10 @@ impl TokenBucketLimiter {
     pub fn set_limit(
         &self,
         capacity: u32,
-        refill: u64,
+        refill: u32,
         period: Duration,
     ) -> Result<(), ConfigError> {
-        let config = CellConfig::new(NAMES, refill, period, capacity)?;
+        let config = CellConfig::new(NAMES, u64::from(refill), period, capacity)?;
         self.cells.retune(config);
         Ok(())
     }

@@ -32,7 +32,7 @@ pub const MAX_LEASES: u32 = 10_000;
 /// The names of the `cost` leases from `lease` (`lease..lease + cost`,
 /// wrapping), or [`CostTooHigh`] past [`MAX_LEASES`].
 pub(crate) fn lease_names(lease: u64, cost: u32) -> Result<Vec<u64>, LimiterError> {
-    CostTooHigh::check(cost, MAX_LEASES as usize)?;
+    CostTooHigh::check(cost, MAX_LEASES)?;
     Ok((0..u64::from(cost))
         .map(|k| lease.wrapping_add(k))
         .collect())

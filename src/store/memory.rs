@@ -361,7 +361,7 @@ impl RateLimiterStore for MemoryStore {
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
         let now = self.now();
         let log = lock(key);
-        let (remaining, at) = search(policy.max_cost(), |cost| {
+        let (remaining, at) = search(policy.max_executions(), |cost| {
             log.blocked_until(now, &policy, cost)
         });
         drop(log);

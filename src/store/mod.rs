@@ -645,7 +645,7 @@ pub enum WindowDecision {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WindowPolicy {
-    pub(crate) max_executions: usize,
+    pub(crate) max_executions: u32,
     pub(crate) window: Duration,
     pub(crate) backoff: Option<Backoff>,
 }
@@ -663,19 +663,13 @@ impl WindowPolicy {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn max_executions(&self) -> usize {
+    pub fn max_executions(&self) -> u32 {
         self.max_executions
     }
 
     /// [`max_executions`](Self::max_executions) as a count of units.
     pub(crate) fn max_units(&self) -> u64 {
-        u64::try_from(self.max_executions).unwrap_or(u64::MAX)
-    }
-
-    /// The most one call may cost: [`max_executions`](Self::max_executions)
-    /// as a cost.
-    pub(crate) fn max_cost(&self) -> u32 {
-        u32::try_from(self.max_executions).unwrap_or(u32::MAX)
+        u64::from(self.max_executions)
     }
 
     /// The status of a window under this policy with `remaining` starts

@@ -67,7 +67,7 @@ impl Quota {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn gcra(count: u64, period: Duration) -> Result<Self, ConfigError> {
+    pub fn gcra(count: u32, period: Duration) -> Result<Self, ConfigError> {
         Ok(Self::cells(&GcraLimiter::new(count, period)?))
     }
 
@@ -85,7 +85,7 @@ impl Quota {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn token_bucket(capacity: u32, refill: u64, period: Duration) -> Result<Self, ConfigError> {
+    pub fn token_bucket(capacity: u32, refill: u32, period: Duration) -> Result<Self, ConfigError> {
         let bucket = TokenBucketLimiter::new(capacity, refill, period)?;
         Ok(Self {
             kind: QuotaKind::Cells {

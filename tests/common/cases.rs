@@ -180,7 +180,7 @@ pub(crate) const DELAY: Case = Case::new(
 
 /// Calls outlast the interval: starts stay spaced all the same.
 pub(crate) const EVENLY_SPACED: Case = Case::new(
-    || Arc::new(EvenlySpacedRateLimiter::new(MAX, WINDOW).unwrap()),
+    || Arc::new(EvenlySpacedRateLimiter::new(MAX as u32, WINDOW).unwrap()),
     &[per_window(1, INTERVAL, 1), per_window(MAX, WINDOW, MAX / 2)],
 )
 .hold(Duration::from_millis(1));
@@ -188,13 +188,13 @@ pub(crate) const EVENLY_SPACED: Case = Case::new(
 pub(crate) const GCRA: Case = Case::new(|| Arc::new(gcra(5)), cell_bounds!(5));
 
 pub(crate) const TOKEN_BUCKET: Case = Case::new(
-    || Arc::new(TokenBucketLimiter::new(5, MAX as u64, WINDOW).unwrap()),
+    || Arc::new(TokenBucketLimiter::new(5, MAX as u32, WINDOW).unwrap()),
     cell_bounds!(5),
 );
 
 /// Room for every parallel caller in the queue (no `BucketFull` there).
 pub(crate) const LEAKY_BUCKET: Case = Case::new(
-    || Arc::new(LeakyBucketLimiter::new(MAX as u64, WINDOW, 1_000).unwrap()),
+    || Arc::new(LeakyBucketLimiter::new(MAX as u32, WINDOW, 1_000).unwrap()),
     &[per_window(1, INTERVAL, 1)],
 )
 .may_refuse();
@@ -248,7 +248,7 @@ pub(crate) const KEYED: Case = Case::new(
 
 pub(crate) const SHARED_GCRA: Case = Case::new(
     || {
-        let quota = Quota::gcra(MAX as u64, WINDOW)
+        let quota = Quota::gcra(MAX as u32, WINDOW)
             .unwrap()
             .with_burst(4)
             .unwrap();
@@ -271,7 +271,7 @@ pub(crate) const SHARED_FIXED_WINDOW_BEHIND_FAILOVER: Case = Case::new(
 /// at most the burst, the rate and the batch and a half a process can hold.
 pub(crate) const BATCHED: Case = Case::new(
     || {
-        let rate = tower_limits::Rate::new(MAX as u64, WINDOW).unwrap();
+        let rate = tower_limits::Rate::new(MAX as u32, WINDOW).unwrap();
         let limiter = tower_limits::BatchedLimiter::builder(MemoryStore::new(), "batched", rate)
             .batch(5)
             .burst(20)
@@ -292,7 +292,7 @@ pub(crate) const LEASED_CONCURRENCY: Case = Case::new(
 .hold(Duration::from_micros(200));
 
 fn rate(backoff: bool) -> RateLimiter {
-    let builder = RateLimiter::builder("cases", MAX, WINDOW);
+    let builder = RateLimiter::builder("cases", MAX as u32, WINDOW);
     let builder = if backoff {
         builder
             .initial_backoff(Duration::from_millis(1))
@@ -305,7 +305,7 @@ fn rate(backoff: bool) -> RateLimiter {
 }
 
 fn gcra(burst: u32) -> GcraLimiter {
-    GcraLimiter::new(MAX as u64, WINDOW)
+    GcraLimiter::new(MAX as u32, WINDOW)
         .unwrap()
         .with_burst(burst)
         .unwrap()

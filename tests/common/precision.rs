@@ -58,8 +58,8 @@ pub(crate) fn drain(limiter: &impl Limiter) -> u64 {
 }
 
 /// `admitted` within `span` is `per_second × span` within 0.1%.
-pub(crate) fn assert_within_a_thousandth(admitted: u64, per_second: u64, span: Duration) {
-    let expected = per_second as f64 * span.as_secs_f64();
+pub(crate) fn assert_within_a_thousandth(admitted: u64, per_second: u32, span: Duration) {
+    let expected = f64::from(per_second) * span.as_secs_f64();
     let error = (admitted as f64 - expected).abs() / expected;
     assert!(
         error <= 0.001,

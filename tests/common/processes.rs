@@ -78,7 +78,7 @@ pub(crate) async fn saturate<S>(store: S)
 where
     S: RateLimiterStore + QuotaStore + Clone,
 {
-    let log = RateLimiter::builder("log", LIMIT as usize, WINDOW)
+    let log = RateLimiter::builder("log", LIMIT, WINDOW)
         .without_backoff()
         .store(store.clone())
         .build()

@@ -14,12 +14,7 @@ use crate::store::{RateLimiterStore, WindowDecision, WindowPolicy};
 /// The policy's arguments of the sliding log function: max, window,
 /// initial backoff, multiplier, cap (zeros without a policy or a backoff).
 fn policy_args(policy: Option<WindowPolicy>) -> (i64, i64, i64, f64, i64) {
-    let (max, window) = policy.map_or((0, 0), |p| {
-        (
-            i64::try_from(p.max_executions).unwrap_or(i64::MAX),
-            micros(p.window),
-        )
-    });
+    let (max, window) = policy.map_or((0, 0), |p| (i64::from(p.max_executions), micros(p.window)));
     let backoff = policy.and_then(|p| p.backoff);
     let (initial, multiplier, cap) = backoff.map_or((0, 1.0, 0), |b| {
         (micros(b.initial).max(1), b.multiplier, micros(b.max))

@@ -65,7 +65,7 @@ struct Log<'a> {
     tx: &'a Transaction<'a>,
     name: &'a str,
     now: i64,
-    max: usize,
+    max: u32,
     window: i64,
     backoff: Option<Backoff>,
 }
@@ -85,13 +85,13 @@ impl Log<'_> {
     /// at most `max - cost` may stay, so the start before the newest of
     /// those must leave.
     fn frees_at(&self, cost: u32) -> rusqlite::Result<Option<i64>> {
-        let room = self.max.saturating_sub(cost as usize);
+        let room = self.max.saturating_sub(cost);
         let sql = "SELECT at FROM tower_limits_starts WHERE name = ?1 \
                    ORDER BY at DESC LIMIT 1 OFFSET ?2";
         let start: Option<i64> = self
             .tx
             .prepare_cached(sql)?
-            .query_row(params![self.name, count(room)], |row| row.get(0))
+            .query_row(params![self.name, i64::from(room)], |row| row.get(0))
             .optional()?;
         let frees_at = start.map(|start| start.saturating_add(self.window));
         Ok(frees_at.filter(|&at| at > self.now))
@@ -397,7 +397,7 @@ impl RateLimiterStore for SqliteStore {
             let work = move |log: &Log<'_>| {
                 let state = log.load()?;
                 let blocked = |cost| log.blocked_until(&state, cost);
-                let (remaining, at) = try_search(policy.max_cost(), blocked)?;
+                let (remaining, at) = try_search(policy.max_executions(), blocked)?;
                 Ok((remaining, log.until(at)))
             };
             let (remaining, wait) = self.on_log(key, Mode::Read, Some(policy), work).await?;
