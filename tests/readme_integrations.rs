@@ -83,7 +83,7 @@ async fn serve_axum(listener: TcpListener) -> Result<(), BoxError> {
         KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(2))?.with_burst(5)?).build()?;
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
-        .layer(TooManyRequestsLayer::new(per_ip)) // 429, Retry-After, RateLimit headers
+        .layer(TooManyRequestsLayer::new(per_ip).advertise("per-ip")?) // 429, Retry-After, RateLimit headers
         .into_make_service_with_connect_info::<SocketAddr>(); // the peer is the key
     axum::serve(listener, app).await?;
     // README:end
@@ -102,8 +102,10 @@ async fn axum_per_ip_snippet_refuses_past_the_burst() {
         let response = http.get(uri.parse().unwrap()).await.unwrap();
         statuses.push(response.status());
         if response.status() == StatusCode::TOO_MANY_REQUESTS {
-            let retry_after = response.headers().get("retry-after").unwrap();
-            assert_eq!(retry_after, "2");
+            let headers = response.headers();
+            assert_eq!(headers["retry-after"], "2");
+            assert_eq!(headers["ratelimit"], "\"per-ip\";r=0;t=2");
+            assert_eq!(headers["ratelimit-policy"], "\"per-ip\";q=5;w=10");
         }
     }
     let mut expected = vec![StatusCode::OK; 5];

@@ -384,7 +384,7 @@ impl std::error::Error for BucketFull {}
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let per_peer = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap())
+/// let per_peer = KeyedLimiter::of(ConcurrencyLimiter::new(1)?)
 ///     .max_keys(1)
 ///     .build()?;
 /// let Admission::Granted(_running) = per_peer.try_acquire(&1).await? else { unreachable!() };

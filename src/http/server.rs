@@ -150,7 +150,7 @@ impl<L> TooManyRequestsLayer<IpAddr, L, PeerKey> {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// // Four requests at once per client.
-    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| ConcurrencyLimiter::new(4).unwrap()).build()?;
+    /// let per_peer = KeyedLimiter::of(ConcurrencyLimiter::new(4)?).build()?;
     /// let layer = TooManyRequestsLayer::new(per_peer);
     /// # let _ = layer;
     /// # Ok(())
@@ -171,10 +171,8 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// use tower_limits::{GcraLimiter, KeyedLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let per_tenant = KeyedLimiter::builder(|_: &String| {
-    ///     GcraLimiter::new(100, Duration::from_secs(1)).unwrap()
-    /// })
-    /// .build()?;
+    /// let per_tenant: KeyedLimiter<String, _> =
+    ///     KeyedLimiter::of(GcraLimiter::new(100, Duration::from_secs(1))?).build()?;
     /// let layer = TooManyRequestsLayer::with_key(per_tenant, |head: &http::request::Parts| {
     ///     let tenant = head.headers.get("x-tenant").and_then(|value| value.to_str().ok());
     ///     tenant.unwrap_or("anonymous").to_owned()
@@ -214,10 +212,8 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 100 items a minute per client, up to 100 at once.
-    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
-    ///     TokenBucketLimiter::new(100, 100, Duration::from_secs(60)).unwrap()
-    /// })
-    /// .build()?;
+    /// let per_peer = KeyedLimiter::of(TokenBucketLimiter::new(100, 100, Duration::from_secs(60))?)
+    ///     .build()?;
     /// // A batch request declares its size in `x-batch-size`.
     /// let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
     ///     let size = head.headers.get("x-batch-size").and_then(|value| value.to_str().ok());
@@ -272,16 +268,13 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// use tower_limits::{FixedWindowLimiter, KeyedLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
-    ///     FixedWindowLimiter::new(100, Duration::from_secs(60)).unwrap()
-    /// })
-    /// .build()?;
+    /// let per_peer = KeyedLimiter::of(FixedWindowLimiter::new(100, Duration::from_secs(60))?)
+    ///     .build()?;
     /// // Sends `RateLimit-Policy: "default";q=100;w=60`.
     /// let layer = TooManyRequestsLayer::new(per_peer).advertise("default")?;
     /// # let _ = layer;
-    /// assert!(TooManyRequestsLayer::new(KeyedLimiter::builder(|_: &IpAddr| {
-    ///     FixedWindowLimiter::new(1, Duration::from_secs(1)).unwrap()
-    /// }).build()?).advertise("défaut").is_err());
+    /// let other = KeyedLimiter::of(FixedWindowLimiter::new(1, Duration::from_secs(1))?).build()?;
+    /// assert!(TooManyRequestsLayer::new(other).advertise("défaut").is_err());
     /// # Ok(())
     /// # }
     /// ```
@@ -346,7 +339,7 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let per_peer = KeyedLimiter::builder(|_: &IpAddr| ConcurrencyLimiter::new(4).unwrap()).build()?;
+    /// let per_peer = KeyedLimiter::of(ConcurrencyLimiter::new(4)?).build()?;
     /// let layer = TooManyRequestsLayer::new(per_peer);
     /// assert!(layer.keyed().is_empty());
     /// # Ok(())

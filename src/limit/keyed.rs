@@ -75,7 +75,7 @@ impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// // Two calls at once per tenant; requests are (tenant, body).
-    /// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(2).unwrap()).build()?;
+    /// let per_tenant = KeyedLimiter::of(ConcurrencyLimiter::new(2)?).build()?;
     /// let layer = KeyedLimitLayer::new(per_tenant, |(tenant, _): &(u32, &'static str)| *tenant);
     /// let mut service = layer.layer(service_fn(|(_, body): (u32, &'static str)| async move {
     ///     Ok::<_, Infallible>(body.len())
@@ -182,10 +182,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// // Calls of one tenant start at least a second apart.
-    /// let per_tenant = KeyedLimiter::builder(|_: &&'static str| {
-    ///     DelayLimiter::new(Duration::from_secs(1)).unwrap()
-    /// })
-    /// .build()?;
+    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(1))?).build()?;
     /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &&'static str| *tenant).max_waiting(1);
     /// let mut service = layer.layer(service_fn(|tenant: &'static str| async move {
     ///     Ok::<_, Infallible>(tenant)
@@ -226,7 +223,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let per_tenant = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(10)).unwrap())
+    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
     ///     .build()?;
     /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
     ///     .max_wait(Duration::from_secs(1));
@@ -261,7 +258,7 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let per_tenant = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(10)).unwrap())
+    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
     ///     .build()?;
     /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant).reject();
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
@@ -289,14 +286,15 @@ use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
 
 # #[tokio::main(flavor = \"current_thread\")]
 # async fn main() -> Result<(), tower_limits::error::BoxError> {
-let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+let per_tenant: KeyedLimiter<u32, _> = KeyedLimiter::of(ConcurrencyLimiter::new(1)?).build()?;
 let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
     .name(\"tenants\")
     .on_decision(|decision| assert_eq!(decision.limiter, \"tenants\"));
 let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
 service.ready().await?.call(7).await?;
 assert_eq!(layer.stats().map(|stats| stats.granted), Some(1));
-assert!(KeyedLimitLayer::new(KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?, |t: &u32| *t).shadow().stats().is_some());
+let other: KeyedLimiter<u32, _> = KeyedLimiter::of(ConcurrencyLimiter::new(1)?).build()?;
+assert!(KeyedLimitLayer::new(other, |t: &u32| *t).shadow().stats().is_some());
 # Ok(())
 # }"
     );
@@ -311,7 +309,7 @@ assert!(KeyedLimitLayer::new(KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter:
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(2).unwrap()).build()?;
+    /// let per_tenant = KeyedLimiter::of(ConcurrencyLimiter::new(2)?).build()?;
     /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant);
     /// let mut service = layer.layer(service_fn(|_: u32| pending::<Result<(), Infallible>>()));
     ///

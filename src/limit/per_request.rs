@@ -41,7 +41,7 @@ use crate::limiter::{Limiter, Permit};
 /// drop(permit);
 /// assert_eq!(shared.running(), 0);
 ///
-/// let per_tenant = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+/// let per_tenant = KeyedLimiter::of(ConcurrencyLimiter::new(1)?).build()?;
 /// let keyed = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant);
 /// let _permit = admit(&keyed, 7).await?;
 /// assert_eq!(keyed.keyed().limiter(&7)?.running(), 1);

@@ -241,10 +241,7 @@ where
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_tenant = KeyedLimiter::builder(|_: &&'static str| {
-    ///     DelayLimiter::new(Duration::from_millis(100)).unwrap()
-    /// })
-    /// .build()?;
+    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_millis(100))?).build()?;
     ///
     /// // acme's upstream answered 429: pause acme alone for 30 s.
     /// let acme = per_tenant.limiter(&"acme")?;
@@ -309,7 +306,7 @@ where
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // One call at a time per peer.
-    /// let per_peer = KeyedLimiter::builder(|_: &u32| ConcurrencyLimiter::new(1).unwrap()).build()?;
+    /// let per_peer = KeyedLimiter::of(ConcurrencyLimiter::new(1)?).build()?;
     /// let Admission::Granted(permit) = per_peer.try_acquire(&1).await? else {
     ///     unreachable!("peer 1 is idle");
     /// };
@@ -333,7 +330,7 @@ where
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let keyed = KeyedLimiter::builder(|_: &u32| DelayLimiter::new(Duration::from_secs(1)).unwrap())
+    /// let keyed = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(1))?)
     ///     .build()?;
     /// assert!(matches!(keyed.try_acquire_many(&7, 3).await?, Admission::Granted(_)));
     /// assert!(matches!(keyed.try_acquire_many(&7, 1).await?, Admission::Denied(_)));
@@ -421,7 +418,7 @@ where
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let keyed = KeyedLimiter::builder(|_: &u8| ConcurrencyLimiter::new(1).unwrap())
+    /// let keyed = KeyedLimiter::of(ConcurrencyLimiter::new(1)?)
     ///     .idle_timeout(Duration::from_secs(60))
     ///     .build()?;
     /// keyed.limiter(&1)?;
