@@ -132,6 +132,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod algorithms;
 pub mod clock;
 pub mod error;
 #[cfg(feature = "http")]

@@ -1,148 +1,19 @@
-//! The Generic Cell Rate Algorithm behind [`GcraLimiter`](crate::GcraLimiter)
-//! and [`TokenBucketLimiter`](crate::TokenBucketLimiter).
-//!
-//! A token bucket of capacity `B` refilled one token every `T` and GCRA with
-//! emission interval `T` and burst `B` admit exactly the same calls; they
-//! differ only in how they are configured and what they report. Both keep one
-//! number, the *theoretical arrival time* (TAT): the instant at which the
-//! bucket would be full again (GCRA's view: when the next cell would be due
-//! if calls had come evenly spaced). A call costing `n` takes `n` cells, each
-//! `T` long:
-//!
-//! * it conforms iff `TAT + n·T − B·T ≤ now` (at most `B·T` of cells may be
-//!   outstanding ahead of now), which is governor's and redis-cell's test;
-//! * it then moves the TAT to `max(TAT, now) + n·T`;
-//! * otherwise it may retry at `TAT + n·T − B·T`, the instant it conforms.
-//!
-//! Because the TAT grows by at least `n·T` per grant and never exceeds
-//! `now + B·T` after one, the grants of any closed interval of length `t`
-//! cost at most `B + ⌊t / T⌋` in total: the conformance bound.
+//! The in-memory state of [`GcraLimiter`](crate::GcraLimiter) and
+//! [`TokenBucketLimiter`](crate::TokenBucketLimiter): one atomic TAT and one
+//! atomic pause, decided on by [`judge`] (see [`crate::algorithms::gcra`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::seq_cell::SeqCell;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{Clock, duration_nanos};
-use crate::error::{ConfigError, CostTooHigh, LimiterError};
+use super::seq_cell::SeqCell;
+use crate::algorithms::gcra::{CellConfig, judge, rescale};
+use crate::clock::Clock;
+use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
 use crate::quota_status::{QuotaStatus, search};
-
-/// The longest `burst × interval` accepted: far beyond any sensible limit,
-/// and small enough that adding it to a clock reading never saturates within
-/// centuries of uptime.
-const MAX_SPAN: u64 = 100 * 365 * 86_400 * 1_000_000_000;
-
-/// What the parameters are called in a limiter's constructor, for
-/// [`ConfigError`]s.
-#[derive(Clone, Copy)]
-pub(super) struct Names {
-    /// The number of cells per period: GCRA's `count`, the bucket's `refill`.
-    pub(super) count: &'static str,
-    /// How many cells may go at once: GCRA's `burst`, the bucket's `capacity`.
-    pub(super) burst: &'static str,
-}
-
-/// A validated configuration: the emission interval and the burst.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct CellConfig {
-    /// `T`: nanoseconds per cell.
-    interval: u64,
-    /// `B`: how many cells may go at once.
-    burst: u32,
-}
-
-impl CellConfig {
-    /// `count` cells per `period`, `burst` at once.
-    ///
-    /// The interval is `period / count` rounded up to a whole nanosecond, so
-    /// the rate is never exceeded; a rate above one cell per nanosecond is
-    /// refused rather than silently slowed.
-    pub(super) fn new(
-        names: Names,
-        count: u64,
-        period: Duration,
-        burst: u32,
-    ) -> Result<Self, ConfigError> {
-        if count == 0 {
-            return Err(ConfigError::new(names.count, count, "must be at least 1"));
-        }
-        if period.is_zero() {
-            return Err(ConfigError::new(
-                "period",
-                period,
-                "must be longer than zero",
-            ));
-        }
-        let period_nanos = duration_nanos(period);
-        if count > period_nanos {
-            return Err(ConfigError::new(
-                names.count,
-                count,
-                "must be at most one per nanosecond of `period`",
-            ));
-        }
-        let interval = period_nanos.div_ceil(count);
-        if interval > MAX_SPAN {
-            return Err(ConfigError::new(
-                "period",
-                period,
-                "divided by the count must be at most 100 years",
-            ));
-        }
-        Self { interval, burst: 1 }.with_burst(names, burst)
-    }
-
-    /// The same rate, `burst` at once.
-    pub(super) fn with_burst(self, names: Names, burst: u32) -> Result<Self, ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::new(names.burst, burst, "must be at least 1"));
-        }
-        if self.interval.saturating_mul(u64::from(burst)) > MAX_SPAN {
-            return Err(ConfigError::new(
-                names.burst,
-                burst,
-                "times the emission interval must be at most 100 years",
-            ));
-        }
-        Ok(Self { burst, ..self })
-    }
-
-    pub(super) fn interval(self) -> Duration {
-        Duration::from_nanos(self.interval)
-    }
-
-    /// The time `cost` cells occupy.
-    #[inline]
-    fn weight(self, cost: u32) -> u64 {
-        self.interval.saturating_mul(u64::from(cost))
-    }
-
-    /// `B·T`: how far ahead of now the TAT may run after a grant (at most
-    /// [`MAX_SPAN`], checked at construction).
-    #[inline]
-    fn span(self) -> u64 {
-        self.interval * u64::from(self.burst)
-    }
-
-    fn words(self) -> [u64; 2] {
-        [self.interval, u64::from(self.burst)]
-    }
-
-    #[inline]
-    fn from_words([interval, burst]: [u64; 2]) -> Self {
-        // Only `words` writes them: the burst is a u32.
-        let burst = u32::try_from(burst).unwrap_or(u32::MAX);
-        Self { interval, burst }
-    }
-
-    pub(super) fn burst(self) -> u32 {
-        self.burst
-    }
-}
 
 /// The shared state: one TAT and one pause, each a single atomic word.
 ///
@@ -187,7 +58,7 @@ impl Outcome {
             .saturating_add(config.span())
             .saturating_sub(self.tat.max(now));
         // room <= span = burst × interval, so the quotient fits.
-        u32::try_from(room / config.interval).unwrap_or(config.burst)
+        u32::try_from(room / config.interval_nanos()).unwrap_or(config.burst())
     }
 }
 
@@ -213,35 +84,10 @@ impl Cells {
     /// [`CostTooHigh`].
     #[inline]
     fn check(config: CellConfig, cost: u32) -> Result<(), LimiterError> {
-        if cost <= config.burst {
+        if cost <= config.burst() {
             return Ok(());
         }
-        Err(too_high(cost, config.burst))
-    }
-
-    /// The GCRA test under `config`: the TAT a grant of `cost` leaves, or
-    /// the instant it would be granted. A cost above the burst (possible
-    /// only if a [`retune`](Cells::retune) lowered it since the caller's
-    /// check) is told to retry now, when the check refuses it.
-    #[inline]
-    fn judge(
-        config: CellConfig,
-        now: u64,
-        not_before: u64,
-        tat: u64,
-        cost: u32,
-    ) -> Result<u64, u64> {
-        if cost > config.burst {
-            return Err(now);
-        }
-        let weight = config.weight(cost);
-        let conforms_at = tat.saturating_add(weight).saturating_sub(config.span());
-        let ready_at = conforms_at.max(not_before);
-        if ready_at > now {
-            Err(ready_at)
-        } else {
-            Ok(tat.max(now).saturating_add(weight))
-        }
+        Err(too_high(cost, config.burst()))
     }
 
     /// Reads the clock and both words (`SeqCst`, as [`ReleaseEvent`]
@@ -260,7 +106,7 @@ impl Cells {
     fn decide(&self, mut config: CellConfig, cost: u32) -> Outcome {
         let (now, not_before, mut tat) = self.read();
         loop {
-            let next = match Self::judge(config, now, not_before, tat, cost) {
+            let next = match judge(config, now, not_before, tat, cost) {
                 Ok(next) => next,
                 Err(at) => {
                     let retry_at = Some(at);
@@ -297,7 +143,7 @@ impl Cells {
         let config = self.config();
         Self::check(config, cost)?;
         let (now, not_before, tat) = self.read();
-        let outcome = match Self::judge(config, now, not_before, tat, cost) {
+        let outcome = match judge(config, now, not_before, tat, cost) {
             Ok(next) => Outcome {
                 config,
                 now,
@@ -378,7 +224,7 @@ impl Cells {
     /// Whether one cell could go now.
     pub(super) fn can_proceed(&self) -> bool {
         let (now, not_before, tat) = self.read();
-        Self::judge(self.config(), now, not_before, tat, 1).is_ok()
+        judge(self.config(), now, not_before, tat, 1).is_ok()
     }
 
     /// The quota (the burst, refilled from empty in `B·T`), how many cells
@@ -386,10 +232,10 @@ impl Cells {
     pub(super) fn quota_status(&self) -> QuotaStatus {
         let config = self.config();
         let (now, not_before, tat) = self.read();
-        let blocked = |cost| Self::judge(config, now, not_before, tat, cost).err();
-        let (remaining, at) = search(config.burst, blocked);
+        let blocked = |cost| judge(config, now, not_before, tat, cost).err();
+        let (remaining, at) = search(config.burst(), blocked);
         QuotaStatus::new(
-            u64::from(config.burst),
+            u64::from(config.burst()),
             Duration::from_nanos(config.span()),
             u64::from(remaining),
             at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
@@ -408,7 +254,7 @@ impl Cells {
     /// a start the limiter did not admit still counts against later ones.
     pub(super) fn take_one(&self) {
         let now = self.clock.now_nanos();
-        let interval = self.config().interval;
+        let interval = self.config().interval_nanos();
         self.move_tat(|tat| tat.max(now).saturating_add(interval));
     }
 
@@ -418,7 +264,7 @@ impl Cells {
         let (now, not_before, tat) = self.read();
         let config = self.config();
         let conforms_at = tat
-            .saturating_add(config.interval)
+            .saturating_add(config.interval_nanos())
             .saturating_sub(config.span());
         self.clock.instant_at(now.max(not_before).max(conforms_at))
     }
@@ -441,7 +287,7 @@ impl Cells {
         let old = self.config();
         self.config.store_then(config.words(), || {
             let now = self.clock.now_nanos();
-            self.move_tat(|tat| rescale(tat, now, old.interval, config.interval));
+            self.move_tat(|tat| rescale(tat, now, old.interval_nanos(), config.interval_nanos()));
         });
         self.reopened.notify();
     }
@@ -522,17 +368,6 @@ impl Cells {
 #[cold]
 fn too_high(cost: u32, burst: u32) -> LimiterError {
     LimiterError::new(CostTooHigh::new(cost, u64::from(burst)))
-}
-
-/// A TAT of the old interval as one of the new: the lead over `now` (the
-/// cells spent and not yet refilled) scaled by `new / old`. A full bucket
-/// (no lead) stays as it is.
-fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
-    let Some(lead) = tat.checked_sub(now).filter(|&lead| lead > 0) else {
-        return tat;
-    };
-    let lead = u128::from(lead) * u128::from(new) / u128::from(old);
-    now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
 }
 
 /// The permit for a grant that left the TAT at `tat`.

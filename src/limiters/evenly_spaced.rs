@@ -99,7 +99,7 @@ impl EvenlySpacedRateLimiter {
     /// # }
     /// ```
     pub fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
-        super::validate_window(max_executions, window)?;
+        crate::algorithms::windows::validate(max_executions, window)?;
         let window = duration_nanos(window);
         if u64::from(max_executions) <= window {
             return Ok(Self::build(max_executions, window, Clock::default()));

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::window::{WindowState, Windows, impl_limiter_for_windows};
+use super::window::{WindowState, impl_limiter_for_windows};
+use crate::algorithms::fixed_window;
+use crate::algorithms::windows::Windows;
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -316,15 +318,8 @@ impl FixedState {
     /// pause: `None` if at `now`.
     #[inline]
     fn blocked_until(&self, now: u64, counter: Counter, not_before: u64, cost: u32) -> Option<u64> {
-        let from = now.max(not_before);
-        let index = self.windows.index(from);
-        let count = counter.count_in(index);
-        let at = if u64::from(count) + u64::from(cost) <= u64::from(self.windows.max()) {
-            from
-        } else {
-            self.windows.start(index + 1)
-        };
-        (at > now).then_some(at)
+        let count_in = |index| u64::from(counter.count_in(index));
+        fixed_window::blocked_until(&self.windows, now, not_before, cost, count_in)
     }
 }
 
@@ -388,14 +383,9 @@ impl WindowState for FixedState {
             .counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
                 let current = self.windows.index(self.catch_up(now, Counter(word)));
-                let count = Counter(word).count_in(current);
-                let count = if index == current {
-                    count.saturating_sub(from).saturating_add(to)
-                } else if to > from {
-                    count.saturating_add(to - from)
-                } else {
-                    return None;
-                };
+                let count = u64::from(Counter(word).count_in(current));
+                let count = fixed_window::recount(index, current, count, from, to)?;
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
                 Some(Counter::new(current, count).0)
             });
         updated.is_ok() && to < from

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{CellConfig, Cells, Names, Outcome, impl_limiter_for_cells};
+use super::cell::{Cells, Outcome, impl_limiter_for_cells};
+use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::Admission;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{CellConfig, Names};
+use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{BucketFull, ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{

@@ -44,26 +44,3 @@ pub use rate::{RateLimiter, RateLimiterBuilder};
 pub use shared::SharedLimiter;
 pub use sliding_window_counter::SlidingWindowCounterLimiter;
 pub use token_bucket::TokenBucketLimiter;
-
-/// Checks the `max_executions` per `window` shared by the window limiters.
-pub(crate) fn validate_window(
-    max_executions: u32,
-    window: std::time::Duration,
-) -> Result<(), crate::error::ConfigError> {
-    use crate::error::ConfigError;
-    if max_executions == 0 {
-        return Err(ConfigError::new(
-            "max_executions",
-            max_executions,
-            "must be at least 1",
-        ));
-    }
-    if window.is_zero() {
-        return Err(ConfigError::new(
-            "window",
-            window,
-            "must be longer than zero",
-        ));
-    }
-    Ok(())
-}

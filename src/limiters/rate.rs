@@ -717,7 +717,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
 }
 
 fn validate(policy: &WindowPolicy) -> Result<(), ConfigError> {
-    super::validate_window(policy.max_executions, policy.window)?;
+    crate::algorithms::windows::validate(policy.max_executions, policy.window)?;
     let Some(backoff) = &policy.backoff else {
         return Ok(());
     };

@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::window::{WindowState, Windows, impl_limiter_for_windows};
+use super::window::{WindowState, impl_limiter_for_windows};
+use crate::algorithms::sliding_window_counter::Counts;
+use crate::algorithms::windows::Windows;
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -99,41 +101,26 @@ pub struct SlidingWindowCounterLimiter {
 
 struct SlidingState {
     windows: Windows,
-    counts: Mutex<Counts>,
+    guarded: Mutex<Guarded>,
     /// Fired when a refund or `clear` gives room back early.
     reopened: ReleaseEvent,
     clock: Clock,
 }
 
-/// The two counts, as of window `index`.
+/// The counts and the pause, under one lock.
 #[derive(Clone, Copy, Debug, Default)]
-struct Counts {
-    index: u64,
-    current: u64,
-    previous: u64,
+struct Guarded {
+    counts: Counts,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: u64,
 }
 
-impl Counts {
-    /// The counts as they stand in window `index` (no later than this one's).
+impl Guarded {
+    /// When a call costing `cost` may start: `None` if at `now`.
     #[inline]
-    fn at(self, index: u64) -> Self {
-        match index.checked_sub(self.index) {
-            None | Some(0) => self,
-            Some(1) => Self {
-                index,
-                current: 0,
-                previous: self.current,
-                ..self
-            },
-            Some(_) => Self {
-                index,
-                current: 0,
-                previous: 0,
-                ..self
-            },
-        }
+    fn blocked_until(self, windows: &Windows, now: u64, cost: u32) -> Option<u64> {
+        self.counts
+            .blocked_until(windows, now, self.not_before, cost)
     }
 }
 
@@ -219,7 +206,7 @@ impl SlidingWindowCounterLimiter {
         Self {
             state: Arc::new(SlidingState {
                 windows,
-                counts: Mutex::default(),
+                guarded: Mutex::default(),
                 reopened: ReleaseEvent::new(),
                 clock,
             }),
@@ -259,49 +246,9 @@ impl SlidingWindowCounterLimiter {
 }
 
 impl SlidingState {
-    fn lock(&self) -> MutexGuard<'_, Counts> {
+    fn lock(&self) -> MutexGuard<'_, Guarded> {
         // Every update leaves the counts consistent, so a poisoned lock is usable.
-        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The smallest offset into a window, at most `W`, at which
-    /// `previous × (W − e) ≤ room × W`: when the previous window's weight
-    /// leaves `room` units.
-    #[inline]
-    fn offset_for(&self, previous: u64, room: u64) -> u64 {
-        let length = self.windows.length();
-        if previous <= room {
-            return 0;
-        }
-        // e ≥ W − room·W / previous; room < previous, so the quotient < W.
-        let allowed = u128::from(room) * u128::from(length) / u128::from(previous);
-        length - allowed as u64
-    }
-
-    /// When a call costing `cost` may start: `None` if at `now`. The
-    /// estimate never rises with time, so the first instant at which it
-    /// leaves room (and no pause holds) is exact.
-    #[inline]
-    fn blocked_until(&self, now: u64, counts: Counts, cost: u32) -> Option<u64> {
-        let windows = &self.windows;
-        let from = now.max(counts.not_before);
-        let index = windows.index(from);
-        let counts = counts.at(index);
-        let max = u64::from(windows.max());
-        let taken = counts.current.saturating_add(u64::from(cost));
-        let at = match max.checked_sub(taken) {
-            // Room in this window once the previous one weighs little enough.
-            Some(room) => {
-                let offset = self.offset_for(counts.previous, room);
-                from.max(windows.start(index).saturating_add(offset))
-            }
-            // Not in this window: this one becomes the previous.
-            None => {
-                let offset = self.offset_for(counts.current, max - u64::from(cost));
-                windows.start(index + 1).saturating_add(offset)
-            }
-        };
-        (at > now).then_some(at)
+        self.guarded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -320,64 +267,51 @@ impl WindowState for SlidingState {
 
     #[inline]
     fn decide(&self, cost: u32) -> Admission {
-        let mut counts = self.lock();
+        let mut guarded = self.lock();
         // Read under the lock: a reading older than the counts' window would
         // weigh them as if they were the previous window's.
         let now = self.clock.now_nanos();
-        if let Some(at) = self.blocked_until(now, *counts, cost) {
+        if let Some(at) = guarded.blocked_until(&self.windows, now, cost) {
             return Admission::Denied(Denial::until(self.clock.instant_at(at)));
         }
         let index = self.windows.index(now);
+        let counts = &mut guarded.counts;
         *counts = counts.at(index);
-        counts.current += u64::from(cost);
+        counts.current = counts.current.saturating_add(u64::from(cost));
         Admission::Granted(Permit::with_token(index).with_cost(cost))
     }
 
     fn look(&self, cost: u32) -> Option<u64> {
         let now = self.clock.now_nanos();
-        self.blocked_until(now, *self.lock(), cost)
+        self.lock().blocked_until(&self.windows, now, cost)
     }
 
     fn status(&self) -> (u32, Option<Duration>) {
         let now = self.clock.now_nanos();
-        let counts = *self.lock();
+        let guarded = *self.lock();
         self.windows
-            .status(now, |cost| self.blocked_until(now, counts, cost))
+            .status(now, |cost| guarded.blocked_until(&self.windows, now, cost))
     }
 
-    /// Moves the units counted for window `index` from `from` to `to`: a
-    /// decrease while that window is the current or the previous one; an
-    /// increase is charged to the current window if it is older. Returns
-    /// whether room was given back.
+    /// Moves the units counted for window `index` from `from` to `to` (see
+    /// [`Counts::recount`]). Returns whether room was given back.
     fn recount(&self, index: u64, from: u32, to: u32) -> bool {
-        let (from, to) = (u64::from(from), u64::from(to));
-        let mut counts = self.lock();
+        let mut guarded = self.lock();
         let current = self.windows.index(self.clock.now_nanos());
-        *counts = counts.at(current);
-        let count = if index == current {
-            &mut counts.current
-        } else if index + 1 == current {
-            &mut counts.previous
-        } else if to > from {
-            &mut counts.current
-        } else {
-            return false;
-        };
-        if index + 1 < current {
-            *count = count.saturating_add(to - from);
-        } else {
-            *count = count.saturating_sub(from).saturating_add(to);
+        match guarded.counts.recount(current, index, from, to) {
+            Some(counts) => guarded.counts = counts,
+            None => return false,
         }
         to < from
     }
 
     fn pause_until(&self, nanos: u64) {
-        let mut counts = self.lock();
-        counts.not_before = counts.not_before.max(nanos);
+        let mut guarded = self.lock();
+        guarded.not_before = guarded.not_before.max(nanos);
     }
 
     fn reset(&self) {
-        *self.lock() = Counts::default();
+        *self.lock() = Guarded::default();
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{CellConfig, Cells, Names, impl_limiter_for_cells};
+use super::cell::{Cells, impl_limiter_for_cells};
+use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::rate::Rate;

@@ -1,131 +1,14 @@
 //! What the window limiters ([`FixedWindowLimiter`](crate::FixedWindowLimiter)
 //! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter))
-//! share: the validated limit, the window length, the arithmetic of aligned
-//! windows on the limiter's clock, and (through [`WindowState`] and
-//! [`impl_limiter_for_windows`]) their [`Limiter`](crate::Limiter)
-//! implementation.
-//!
-//! Window `k` covers the nanoseconds `[k·W − phase, (k + 1)·W − phase)` of
-//! the clock (counted from its epoch). With a phase of 0 the windows are
-//! aligned to the clock's epoch; [`Windows::aligned_to_unix_time`] picks the
-//! phase that puts every boundary on a multiple of `W` since the Unix epoch.
+//! share: their state's interface ([`WindowState`]) and, through
+//! [`impl_limiter_for_windows`], their [`Limiter`](crate::Limiter)
+//! implementation. The windows' arithmetic is [`Windows`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use crate::clock::{Clock, duration_nanos};
-use crate::error::{ConfigError, CostTooHigh, LimiterError};
+use crate::algorithms::windows::Windows;
+use crate::clock::Clock;
 use crate::limiter::{Admission, ReleaseEvent};
-use crate::quota_status::search;
-use crate::rate::Rate;
-
-/// A validated window configuration.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Windows {
-    /// The most a window admits.
-    max: u32,
-    /// `W`, in nanoseconds; at least 1.
-    length: u64,
-    /// Whether boundaries fall on multiples of `W` in Unix time.
-    unix_aligned: bool,
-    /// How far the clock's epoch lies into its window, in `[0, W)`.
-    phase: u64,
-}
-
-impl Windows {
-    /// `max_executions` per `window`, aligned to the clock's epoch.
-    pub(super) fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
-        super::validate_window(max_executions, window)?;
-        Ok(Self {
-            max: max_executions,
-            length: duration_nanos(window),
-            unix_aligned: false,
-            phase: 0,
-        })
-    }
-
-    /// `rate.count()` per `rate.per()`.
-    pub(super) fn from_rate(rate: Rate) -> Result<Self, ConfigError> {
-        Self::new(rate.count(), rate.per())
-    }
-
-    /// The same windows for `clock`: a Unix alignment is computed afresh
-    /// for its epoch.
-    pub(super) fn for_clock(self, clock: &Clock) -> Self {
-        if !self.unix_aligned {
-            return self;
-        }
-        // The Unix time of the clock's epoch: read both clocks once.
-        let since_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(duration_nanos)
-            .unwrap_or(0);
-        let epoch_unix = since_unix.saturating_sub(clock.now_nanos());
-        Self {
-            phase: epoch_unix % self.length,
-            ..self
-        }
-    }
-
-    /// The same windows with boundaries on multiples of `W` in Unix time,
-    /// for `clock`.
-    pub(super) fn aligned_to_unix_time(self, clock: &Clock) -> Self {
-        Self {
-            unix_aligned: true,
-            ..self
-        }
-        .for_clock(clock)
-    }
-
-    pub(super) fn max(&self) -> u32 {
-        self.max
-    }
-
-    pub(super) fn length(&self) -> u64 {
-        self.length
-    }
-
-    pub(super) fn window(&self) -> Duration {
-        Duration::from_nanos(self.length)
-    }
-
-    pub(super) fn is_unix_aligned(&self) -> bool {
-        self.unix_aligned
-    }
-
-    /// `Ok` if `cost` fits in one window; else [`CostTooHigh`].
-    #[inline]
-    pub(super) fn check(&self, cost: u32) -> Result<(), LimiterError> {
-        CostTooHigh::check(cost, self.max)
-    }
-
-    /// What `blocked(cost)` (when `cost` units could start, if not at
-    /// `now`) says of the limit: how many units could start now, and how
-    /// long until more could.
-    pub(super) fn status(
-        &self,
-        now: u64,
-        blocked: impl Fn(u32) -> Option<u64>,
-    ) -> (u32, Option<Duration>) {
-        let (remaining, at) = search(self.max, blocked);
-        (
-            remaining,
-            at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
-        )
-    }
-
-    /// The index of the window holding `nanos`.
-    #[inline]
-    pub(super) fn index(&self, nanos: u64) -> u64 {
-        nanos.saturating_add(self.phase) / self.length
-    }
-
-    /// When window `index` begins (0 for a window that began before the
-    /// epoch).
-    #[inline]
-    pub(super) fn start(&self, index: u64) -> u64 {
-        index.saturating_mul(self.length).saturating_sub(self.phase)
-    }
-}
 
 /// The state of a window limiter, as the shared [`Limiter`](crate::Limiter)
 /// implementation sees it. Times are nanoseconds since the clock's epoch;
@@ -292,29 +175,3 @@ macro_rules! impl_limiter_for_windows {
 }
 
 pub(super) use impl_limiter_for_windows;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_tile_the_clock() {
-        let windows = Windows::new(3, Duration::from_nanos(10)).unwrap();
-        assert_eq!(windows.index(0), 0);
-        assert_eq!(windows.index(9), 0);
-        assert_eq!(windows.index(10), 1);
-        assert_eq!(windows.start(1), 10);
-    }
-
-    #[test]
-    fn a_phase_moves_the_boundaries_earlier() {
-        let windows = Windows {
-            phase: 3,
-            ..Windows::new(3, Duration::from_nanos(10)).unwrap()
-        };
-        assert_eq!(windows.index(6), 0);
-        assert_eq!(windows.index(7), 1);
-        assert_eq!(windows.start(1), 7);
-        assert_eq!(windows.start(0), 0);
-    }
-}

@@ -1,21 +1,20 @@
-//! GCRA, which is also the token bucket: the rules of the in-memory cells
-//! (`src/limiters/cell.rs`) and `cells.lua`, on one row of
-//! `tower_limits_cells`.
+//! GCRA, which is also the token bucket: the decision of
+//! `crate::algorithms::gcra` (as the in-memory cells and `cells.lua`), on
+//! one row of `tower_limits_cells`.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row};
-use super::{nanos, unsigned};
+use super::quota_state::{QuotaState, Row, stored, unix};
+use super::unsigned;
+use crate::algorithms::gcra::{CellConfig, judge};
 
 /// One GCRA state: its configuration and its row.
 pub(super) struct Cells {
-    /// One cell every `interval` (ns).
-    interval: i64,
-    burst: u32,
-    /// The theoretical arrival time (ns).
-    tat: i64,
+    config: CellConfig,
+    /// The theoretical arrival time (ns of Unix time).
+    tat: u64,
     /// Bumped on every change of the TAT: a grant's ticket.
     generation: i64,
     row: Row,
@@ -39,9 +38,8 @@ impl Cells {
             .optional()?;
         let (tat, next_available, generation) = row.unwrap_or((0, 0, now));
         Ok(Self {
-            interval: nanos(interval),
-            burst,
-            tat,
+            config: CellConfig::validated(interval, burst),
+            tat: unix(tat),
             generation,
             row: Row {
                 next_available,
@@ -52,20 +50,19 @@ impl Cells {
 
     /// The GCRA test: the TAT a grant of `cost` leaves, or when it would
     /// conform.
-    fn judge(&self, now: i64, cost: u32) -> Result<i64, i64> {
-        let weight = self.interval.saturating_mul(i64::from(cost));
-        let span = self.interval.saturating_mul(i64::from(self.burst));
-        let conforms_at = self.tat.saturating_add(weight).saturating_sub(span);
-        let ready_at = conforms_at.max(self.row.next_available);
-        if ready_at > now {
-            Err(ready_at)
-        } else {
-            Ok(self.tat.max(now).saturating_add(weight))
-        }
+    fn judge(&self, now: i64, cost: u32) -> Result<u64, i64> {
+        judge(
+            self.config,
+            unix(now),
+            self.row.not_before(),
+            self.tat,
+            cost,
+        )
+        .map_err(stored)
     }
 
-    fn move_tat(&mut self, tat: i64) {
-        self.tat = tat.max(0);
+    fn move_tat(&mut self, tat: u64) {
+        self.tat = tat;
         self.generation = self.generation.wrapping_add(1);
         self.row.changed = true;
     }
@@ -87,12 +84,13 @@ impl QuotaState for Cells {
     }
 
     fn take(&mut self, now: i64) {
-        self.move_tat(self.tat.max(now).saturating_add(self.interval));
+        let interval = self.config.interval_nanos();
+        self.move_tat(self.tat.max(unix(now)).saturating_add(interval));
     }
 
     fn adjust(&mut self, _now: i64, ticket: u64, from: u32, to: u32) -> Option<u64> {
         let matched = self.ticket() == ticket;
-        let difference = self.interval.saturating_mul(i64::from(from.abs_diff(to)));
+        let difference = self.config.weight(from.abs_diff(to));
         if to < from {
             // Give back only if nothing moved the TAT since the grant.
             if !matched {
@@ -112,10 +110,11 @@ impl QuotaState for Cells {
     fn save(&self, tx: &Transaction<'_>, name: &str) -> rusqlite::Result<()> {
         let sql = "INSERT OR REPLACE INTO tower_limits_cells \
                    (name, tat, next_available, generation, expires) VALUES (?1, ?2, ?3, ?4, ?5)";
-        let expires = self.row.expires(self.tat);
+        let tat = stored(self.tat);
+        let expires = self.row.expires(tat);
         tx.prepare_cached(sql)?.execute(params![
             name,
-            self.tat,
+            tat,
             self.row.next_available,
             self.generation,
             expires

@@ -1,22 +1,21 @@
-//! A fixed window counter, windows aligned to Unix time: the rules of
-//! `FixedWindowLimiter` and `fixed_window.lua`, on one row of
-//! `tower_limits_fixed_windows`.
+//! A fixed window counter, windows aligned to Unix time: the decision of
+//! `crate::algorithms::fixed_window` (as `FixedWindowLimiter` and
+//! `fixed_window.lua`), on one row of `tower_limits_fixed_windows`.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row};
-use super::{nanos, signed};
+use super::quota_state::{QuotaState, Row, stored, unix};
+use crate::algorithms::fixed_window::{blocked_until, recount};
+use crate::algorithms::windows::Windows;
 
 /// One fixed window state: its configuration and its row.
 pub(super) struct FixedWindow {
-    max: i64,
-    /// The window's length (ns).
-    window: i64,
-    /// The counted window's index (Unix time / window; -1: none).
-    index: i64,
-    count: i64,
+    windows: Windows,
+    /// The counted window's index (Unix time / window), if any.
+    index: Option<u64>,
+    count: u64,
     row: Row,
 }
 
@@ -37,10 +36,9 @@ impl FixedWindow {
             .optional()?;
         let (index, count, next_available) = row.unwrap_or((-1, 0, 0));
         Ok(Self {
-            max: i64::from(max),
-            window: nanos(window).max(1),
-            index,
-            count,
+            windows: Windows::validated(max, window),
+            index: u64::try_from(index).ok(),
+            count: u64::try_from(count).unwrap_or(0),
             row: Row {
                 next_available,
                 changed: false,
@@ -48,29 +46,25 @@ impl FixedWindow {
         })
     }
 
-    /// The index of the window holding `at`.
-    fn index_of(&self, at: i64) -> i64 {
-        at.div_euclid(self.window)
+    fn count_in(&self, index: u64) -> u64 {
+        if self.index == Some(index) {
+            self.count
+        } else {
+            0
+        }
     }
 
-    fn count_in(&self, index: i64) -> i64 {
-        if self.index == index { self.count } else { 0 }
-    }
-
-    fn set(&mut self, index: i64, count: i64) {
-        (self.index, self.count, self.row.changed) = (index, count, true);
+    fn set(&mut self, index: u64, count: u64) {
+        (self.index, self.count, self.row.changed) = (Some(index), count, true);
     }
 
     /// Moves the `from` units counted in window `index` to `to`, in the
     /// window of `now`.
-    fn recount(&mut self, now: i64, index: i64, from: u32, to: u32) {
-        let current = self.index_of(now);
+    fn recount(&mut self, now: i64, index: u64, from: u32, to: u32) {
+        let current = self.windows.index(unix(now));
         let counted = self.count_in(current);
-        let (from, to) = (i64::from(from), i64::from(to));
-        if index == current {
-            self.set(current, counted.saturating_sub(from).max(0) + to);
-        } else if to > from {
-            self.set(current, counted.saturating_add(to - from));
+        if let Some(count) = recount(index, current, counted, from, to) {
+            self.set(current, count);
         }
     }
 }
@@ -80,30 +74,25 @@ impl QuotaState for FixedWindow {
         if let Some(at) = self.blocked_until(now, cost) {
             return Err(at);
         }
-        let current = self.index_of(now);
-        self.set(
-            current,
-            self.count_in(current).saturating_add(i64::from(cost)),
-        );
-        Ok(u64::try_from(current).unwrap_or(0))
+        let current = self.windows.index(unix(now));
+        let count = self.count_in(current).saturating_add(u64::from(cost));
+        self.set(current, count);
+        Ok(current)
     }
 
     fn blocked_until(&self, now: i64, cost: u32) -> Option<i64> {
-        let from = now.max(self.row.next_available);
-        let index = self.index_of(from);
-        let mut at = from;
-        if self.count_in(index).saturating_add(i64::from(cost)) > self.max {
-            at = index.saturating_add(1).saturating_mul(self.window);
-        }
-        (at > now).then_some(at)
+        let count_in = |index| self.count_in(index);
+        let not_before = self.row.not_before();
+        blocked_until(&self.windows, unix(now), not_before, cost, count_in).map(stored)
     }
 
     fn take(&mut self, now: i64) {
-        self.recount(now, self.index_of(now), 0, 1);
+        let current = self.windows.index(unix(now));
+        self.recount(now, current, 0, 1);
     }
 
     fn adjust(&mut self, now: i64, ticket: u64, from: u32, to: u32) -> Option<u64> {
-        self.recount(now, signed(ticket), from, to);
+        self.recount(now, ticket, from, to);
         Some(ticket)
     }
 
@@ -115,13 +104,15 @@ impl QuotaState for FixedWindow {
         let sql = "INSERT OR REPLACE INTO tower_limits_fixed_windows \
                    (name, window_index, count, next_available, expires) \
                    VALUES (?1, ?2, ?3, ?4, ?5)";
-        let expires = self
-            .row
-            .expires(self.index.saturating_add(1).saturating_mul(self.window));
+        let index = self.index.map_or(-1, stored);
+        let ends = self
+            .index
+            .map_or(0, |index| self.windows.start(index.saturating_add(1)));
+        let expires = self.row.expires(stored(ends));
         tx.prepare_cached(sql)?.execute(params![
             name,
-            self.index,
-            self.count,
+            index,
+            stored(self.count),
             self.row.next_available,
             expires
         ])?;

@@ -50,4 +50,20 @@ impl Row {
     pub(super) fn expires(&self, ends: i64) -> i64 {
         ends.max(self.next_available).saturating_add(GRACE)
     }
+
+    /// The pause, as the algorithms count time.
+    pub(super) fn not_before(&self) -> u64 {
+        unix(self.next_available)
+    }
+}
+
+/// A time of the store (ns of Unix time) as the algorithms of
+/// `crate::algorithms` count it: nothing before the epoch.
+pub(super) fn unix(nanos: i64) -> u64 {
+    u64::try_from(nanos).unwrap_or(0)
+}
+
+/// A time of the algorithms as the store keeps it, saturating.
+pub(super) fn stored(nanos: u64) -> i64 {
+    i64::try_from(nanos).unwrap_or(i64::MAX)
 }

@@ -1,23 +1,20 @@
-//! A sliding window counter, windows aligned to Unix time: the rules of
-//! `SlidingWindowCounterLimiter` and `sliding_window_counter.lua`, on one
+//! A sliding window counter, windows aligned to Unix time: the decision of
+//! `crate::algorithms::sliding_window_counter` (as
+//! `SlidingWindowCounterLimiter` and `sliding_window_counter.lua`), on one
 //! row of `tower_limits_sliding_windows`.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row};
-use super::{nanos, signed};
+use super::quota_state::{QuotaState, Row, stored, unix};
+use crate::algorithms::sliding_window_counter::Counts;
+use crate::algorithms::windows::Windows;
 
 /// One sliding window counter: its configuration and its row.
 pub(super) struct SlidingWindowCounter {
-    max: i64,
-    /// The window's length (ns).
-    window: i64,
-    /// The current window's index (Unix time / window).
-    index: i64,
-    current: i64,
-    previous: i64,
+    windows: Windows,
+    counts: Counts,
     row: Row,
 }
 
@@ -39,12 +36,14 @@ impl SlidingWindowCounter {
             })
             .optional()?;
         let (index, current, previous, next_available) = row.unwrap_or_default();
+        let number = |value: i64| u64::try_from(value).unwrap_or(0);
         Ok(Self {
-            max: i64::from(max),
-            window: nanos(window).max(1),
-            index,
-            current,
-            previous,
+            windows: Windows::validated(max, window),
+            counts: Counts {
+                index: number(index),
+                current: number(current),
+                previous: number(previous),
+            },
             row: Row {
                 next_available,
                 changed: false,
@@ -52,49 +51,19 @@ impl SlidingWindowCounter {
         })
     }
 
-    fn index_of(&self, at: i64) -> i64 {
-        at.div_euclid(self.window)
-    }
-
-    /// The counts as of window `index`: (current, previous).
-    fn counts_at(&self, index: i64) -> (i64, i64) {
-        match index.saturating_sub(self.index) {
-            ..=0 => (self.current, self.previous),
-            1 => (0, self.current),
-            _ => (0, 0),
-        }
-    }
-
-    /// How far into a window `previous` weighs little enough to leave
-    /// `room`.
-    fn offset_for(&self, previous: i64, room: i64) -> i64 {
-        if previous <= room {
-            return 0;
-        }
-        let kept = i128::from(room.max(0)) * i128::from(self.window) / i128::from(previous);
-        self.window - i64::try_from(kept).unwrap_or(self.window)
-    }
-
     /// Rolls the counts forward to the window of `now`; its index.
-    fn roll(&mut self, now: i64) -> i64 {
-        let index = self.index_of(now);
-        (self.current, self.previous) = self.counts_at(index);
-        self.index = self.index.max(index);
+    fn roll(&mut self, now: i64) -> u64 {
+        let index = self.windows.index(unix(now));
+        self.counts = self.counts.at(index);
         self.row.changed = true;
         index
     }
 
     /// Moves the `from` units counted in window `index` to `to`.
-    fn recount(&mut self, now: i64, index: i64, from: u32, to: u32) {
+    fn recount(&mut self, now: i64, index: u64, from: u32, to: u32) {
         let current = self.roll(now);
-        let (from, to) = (i64::from(from), i64::from(to));
-        let moved = |count: i64| count.saturating_sub(from).max(0).saturating_add(to);
-        if index == current {
-            self.current = moved(self.current);
-        } else if index.saturating_add(1) == current {
-            self.previous = moved(self.previous);
-        } else if to > from {
-            self.current = self.current.saturating_add(to - from);
+        if let Some(counts) = self.counts.recount(current, index, from, to) {
+            self.counts = counts;
         }
     }
 }
@@ -105,32 +74,24 @@ impl QuotaState for SlidingWindowCounter {
             return Err(at);
         }
         let index = self.roll(now);
-        self.current = self.current.saturating_add(i64::from(cost));
-        Ok(u64::try_from(index).unwrap_or(0))
+        self.counts.current = self.counts.current.saturating_add(u64::from(cost));
+        Ok(index)
     }
 
     fn blocked_until(&self, now: i64, cost: u32) -> Option<i64> {
-        let cost = i64::from(cost);
-        let from = now.max(self.row.next_available);
-        let index = self.index_of(from);
-        let (current, previous) = self.counts_at(index);
-        let start = index.saturating_mul(self.window);
-        let at = if current.saturating_add(cost) <= self.max {
-            let room = self.max.saturating_sub(current).saturating_sub(cost);
-            from.max(start.saturating_add(self.offset_for(previous, room)))
-        } else {
-            let next = start.saturating_add(self.window);
-            next.saturating_add(self.offset_for(current, self.max - cost))
-        };
-        (at > now).then_some(at)
+        let not_before = self.row.not_before();
+        self.counts
+            .blocked_until(&self.windows, unix(now), not_before, cost)
+            .map(stored)
     }
 
     fn take(&mut self, now: i64) {
-        self.recount(now, self.index_of(now), 0, 1);
+        let current = self.windows.index(unix(now));
+        self.recount(now, current, 0, 1);
     }
 
     fn adjust(&mut self, now: i64, ticket: u64, from: u32, to: u32) -> Option<u64> {
-        self.recount(now, signed(ticket), from, to);
+        self.recount(now, ticket, from, to);
         Some(ticket)
     }
 
@@ -142,16 +103,19 @@ impl QuotaState for SlidingWindowCounter {
         let sql = "INSERT OR REPLACE INTO tower_limits_sliding_windows \
                    (name, window_index, current, previous, next_available, expires) \
                    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-        let expires = self
-            .row
-            .expires(self.index.saturating_add(2).saturating_mul(self.window));
+        let Counts {
+            index,
+            current,
+            previous,
+        } = self.counts;
+        let ends = self.windows.start(index.saturating_add(2));
         tx.prepare_cached(sql)?.execute(params![
             name,
-            self.index,
-            self.current,
-            self.previous,
+            stored(index),
+            stored(current),
+            stored(previous),
             self.row.next_available,
-            expires
+            self.row.expires(stored(ends))
         ])?;
         Ok(())
     }
