@@ -10,5 +10,6 @@
 
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
+pub(crate) mod sliding_log;
 pub(crate) mod sliding_window_counter;
 pub(crate) mod windows;

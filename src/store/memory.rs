@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
+use super::{RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::algorithms::sliding_log::Pause;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
@@ -86,19 +87,7 @@ struct SlidingLog {
     /// The starts still in the window (and some that left it since the
     /// last decision).
     starts: StartLog,
-    /// No start before this (0: none).
-    next_available: u64,
-    /// The current backoff; `None` means the policy's initial delay.
-    backoff: Option<u64>,
-    /// What the last backoff replaced, so a refund that unfills the window
-    /// can undo it.
-    last_escalation: Option<Escalation>,
-}
-
-#[derive(Clone, Copy)]
-struct Escalation {
-    next_available: u64,
-    backoff: Option<u64>,
+    pause: Pause,
 }
 
 impl MemoryStore {
@@ -211,9 +200,8 @@ impl SlidingLog {
     /// When `cost` starts could be granted, if not at `now`.
     #[inline]
     fn blocked_until(&self, now: u64, policy: &WindowPolicy, cost: u32) -> Option<u64> {
-        let paused = (now < self.next_available).then_some(self.next_available);
-        // `None` orders first: the later of the two, if either.
-        paused.max(self.window_frees_at(now, policy, cost))
+        self.pause
+            .blocked_until(now, self.window_frees_at(now, policy, cost))
     }
 
     #[inline]
@@ -231,7 +219,7 @@ impl SlidingLog {
         // left: drop them.
         let room = policy.max_units().saturating_sub(u64::from(cost));
         self.starts.make_room(room, duration_nanos(policy.window));
-        self.backoff = None;
+        self.pause.granted();
         self.record(now, policy, cost, jitter);
         Ok(now)
     }
@@ -243,31 +231,14 @@ impl SlidingLog {
         if let (Some(backoff), Some(frees_at)) =
             (policy.backoff, self.window_frees_at(now, policy, 1))
         {
-            self.escalate(now, frees_at, &backoff, jitter);
+            self.pause.escalate(now, frees_at, &backoff, jitter, 1);
         }
-    }
-
-    fn escalate(&mut self, now: u64, frees_at: u64, backoff: &Backoff, jitter: f64) {
-        self.last_escalation = Some(Escalation {
-            next_available: self.next_available,
-            backoff: self.backoff,
-        });
-        let current = self
-            .backoff
-            .unwrap_or_else(|| duration_nanos(backoff.initial));
-        let delay = backoff.escalate(current);
-        self.backoff = Some(delay);
-        let backoff_ends = now.saturating_add(Backoff::jittered(delay, jitter));
-        self.next_available = self.next_available.max(backoff_ends.max(frees_at));
     }
 
     fn refund(&mut self, now: u64, ticket: u64, cost: u32, policy: &WindowPolicy) {
         self.starts.remove(ticket, u64::from(cost));
-        if self.window_frees_at(now, policy, 1).is_none()
-            && let Some(escalation) = self.last_escalation.take()
-        {
-            self.next_available = escalation.next_available;
-            self.backoff = escalation.backoff;
+        if self.window_frees_at(now, policy, 1).is_none() {
+            self.pause.undo_escalation();
         }
     }
 }
@@ -402,7 +373,7 @@ impl RateLimiterStore for MemoryStore {
         &'a self,
         key: &'a MemoryKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let next = lock(key).next_available;
+        let next = lock(key).pause.next_available;
         let pause = (next > self.now()).then(|| self.instant(next));
         LimiterFuture::ready(Ok(pause))
     }
@@ -413,10 +384,8 @@ impl RateLimiterStore for MemoryStore {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let nanos = self.inner.clock.nanos_at(at);
-        let mut log = lock(key);
-        log.next_available = log.next_available.max(nanos);
         // A pause from outside is never undone by a refund.
-        log.last_escalation = None;
+        lock(key).pause.pause_until(nanos);
         LimiterFuture::ready(Ok(()))
     }
 

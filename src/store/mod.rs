@@ -110,6 +110,7 @@ use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 
+pub use crate::algorithms::sliding_log::Backoff;
 pub use curve::{CurveRecord, CurveStore};
 pub(crate) use error::is_outage;
 pub use error::{StoreError, StoreErrorKind};
@@ -714,117 +715,5 @@ impl WindowPolicy {
     /// ```
     pub fn backoff(&self) -> Option<&Backoff> {
         self.backoff.as_ref()
-    }
-}
-
-/// Exponential backoff with full jitter, applied when a start fills the
-/// window (the classic rule):
-///
-/// ```text
-/// backoff       = min(current * multiplier, max)
-/// jittered      = backoff + random(0, backoff)
-/// next_available = max(now + jittered, oldest start in the window + window)
-/// ```
-///
-/// `current` starts at `initial` and returns to it whenever a call is
-/// admitted; starts recorded while the window is already full escalate it.
-/// The first backoff is therefore `initial * multiplier`.
-///
-/// ```
-/// use std::time::Duration;
-/// use tokio::time::Instant;
-/// use tower_limits::RateLimiter;
-/// use tower_limits::store::{RateLimiterStore, WindowDecision};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
-///     .initial_backoff(Duration::from_secs(4))
-///     .backoff_multiplier(3.0)
-///     .max_backoff(Duration::from_secs(10))
-///     .build()?;
-/// let (store, policy) = (limiter.store(), limiter.policy());
-/// let key = store.key(limiter.name());
-///
-/// let start = Instant::now();
-/// store.acquire(&key, policy, 1, 0.0).await?; // fills the window
-/// // min(4 s × 3, 10 s) = 10 s, not stretched with jitter 0.
-/// let retry_at = start + Duration::from_secs(10);
-/// assert_eq!(store.acquire(&key, policy, 1, 0.0).await?, WindowDecision::Denied { retry_at });
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Backoff {
-    pub(crate) initial: Duration,
-    pub(crate) multiplier: f64,
-    pub(crate) max: Duration,
-}
-
-impl Backoff {
-    /// The delay `current` starts from (default 1 s).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::RateLimiter;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
-    /// let initial = limiter.policy().backoff().map(|backoff| backoff.initial());
-    /// assert_eq!(initial, Some(Duration::from_secs(1)));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn initial(&self) -> Duration {
-        self.initial
-    }
-
-    /// The factor applied on each escalation (default 2).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::RateLimiter;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
-    /// let multiplier = limiter.policy().backoff().map(|backoff| backoff.multiplier());
-    /// assert_eq!(multiplier, Some(2.0));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn multiplier(&self) -> f64 {
-        self.multiplier
-    }
-
-    /// The cap (default 10 minutes).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::RateLimiter;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
-    ///     .max_backoff(Duration::from_secs(90))
-    ///     .build()?;
-    /// let max = limiter.policy().backoff().map(|backoff| backoff.max());
-    /// assert_eq!(max, Some(Duration::from_secs(90)));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max(&self) -> Duration {
-        self.max
-    }
-
-    /// The escalated delay after `current` (both in nanoseconds).
-    pub(crate) fn escalate(&self, current_nanos: u64) -> u64 {
-        let next = current_nanos as f64 * self.multiplier;
-        // `as` saturates and maps NaN to 0; the multiplier is validated finite.
-        (next as u64).min(crate::clock::duration_nanos(self.max))
-    }
-
-    /// `delay` stretched by `jitter` in `[0, 1)`: `delay + jitter * delay`.
-    pub(crate) fn jittered(delay_nanos: u64, jitter: f64) -> u64 {
-        let extra = (delay_nanos as f64 * jitter.clamp(0.0, 1.0)) as u64;
-        delay_nanos.saturating_add(extra)
     }
 }

@@ -1,5 +1,5 @@
--- GCRA, which is also the token bucket: the same rules as cells.lua (and the
--- in-memory Cells of src/limiters/cell.rs), on the database's clock.
+-- GCRA, which is also the token bucket: the decision of
+-- src/algorithms/gcra.rs (and cells.lua), on the database's clock.
 --
 -- cells      tat (theoretical arrival time, µs, fractional), nb (no grant
 --            before, µs), gen (bumped on every change of tat: a grant's

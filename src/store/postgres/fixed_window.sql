@@ -1,5 +1,6 @@
--- A fixed window counter: the same rules as fixed_window.lua (and
--- FixedWindowLimiter), windows aligned to Unix time on the database's clock.
+-- A fixed window counter: the decision of src/algorithms/fixed_window.rs
+-- (and fixed_window.lua), windows aligned to Unix time on the database's
+-- clock.
 --
 -- fixed_windows  i (the counted window's index), c (its count), nb (no grant
 --                before, µs), expires (when the row says nothing any more)

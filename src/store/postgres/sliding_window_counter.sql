@@ -1,6 +1,6 @@
--- A sliding window counter: the same rules as sliding_window_counter.lua
--- (and SlidingWindowCounterLimiter), windows aligned to Unix time on the
--- database's clock.
+-- A sliding window counter: the decision of
+-- src/algorithms/sliding_window_counter.rs (and sliding_window_counter.lua),
+-- windows aligned to Unix time on the database's clock.
 --
 -- sliding_window_counters  i (the current window's index), cur (its count),
 --                          prev (the previous window's), nb (no grant before,

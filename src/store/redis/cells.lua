@@ -1,5 +1,6 @@
--- GCRA, which is also the token bucket: the same rules as the in-memory
--- Cells (see src/limiters/cell.rs), on the server's clock.
+-- GCRA, which is also the token bucket: the decision of
+-- src/algorithms/gcra.rs, on the server's clock (tests/golden_vectors.rs
+-- checks that both answer alike).
 --
 -- KEYS[1]  hash: tat (theoretical arrival time, µs), nb (no grant before,
 --          µs), gen (bumped on every change of tat: a grant's ticket)

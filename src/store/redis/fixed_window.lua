@@ -1,5 +1,5 @@
--- A fixed window counter: the same rules as FixedWindowLimiter, windows
--- aligned to Unix time on the server's clock.
+-- A fixed window counter: the decision of src/algorithms/fixed_window.rs,
+-- windows aligned to Unix time on the server's clock.
 --
 -- KEYS[1]  hash: i (the counted window's index), c (its count),
 --          nb (no grant before, µs)

@@ -1,5 +1,6 @@
--- A sliding window counter: the same rules as SlidingWindowCounterLimiter,
--- windows aligned to Unix time on the server's clock.
+-- A sliding window counter: the decision of
+-- src/algorithms/sliding_window_counter.rs, windows aligned to Unix time on
+-- the server's clock.
 --
 -- KEYS[1]  hash: i (the current window's index), cur (its count),
 --          prev (the previous window's count), nb (no grant before, µs)

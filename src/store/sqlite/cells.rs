@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row, stored, unix};
-use super::unsigned;
+use super::quota_state::{QuotaState, Row};
+use super::{stored, unix, unsigned};
 use crate::algorithms::gcra::{CellConfig, judge};
 
 /// One GCRA state: its configuration and its row.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row, stored, unix};
+use super::quota_state::{QuotaState, Row};
+use super::{stored, unix};
 use crate::algorithms::fixed_window::{blocked_until, recount};
 use crate::algorithms::windows::Windows;
 

@@ -621,3 +621,14 @@ fn signed(value: u64) -> i64 {
 fn unsigned(value: i64) -> u64 {
     u64::from_ne_bytes(value.to_ne_bytes())
 }
+
+/// A time of the store (ns or µs of Unix time) as the algorithms of
+/// `crate::algorithms` count it: nothing before the epoch.
+fn unix(time: i64) -> u64 {
+    u64::try_from(time).unwrap_or(0)
+}
+
+/// A time of the algorithms as the store keeps it, saturating.
+fn stored(time: u64) -> i64 {
+    i64::try_from(time).unwrap_or(i64::MAX)
+}

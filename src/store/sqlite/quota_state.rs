@@ -4,6 +4,7 @@
 use rusqlite::Transaction;
 
 use super::schema::GRACE;
+use super::unix;
 
 /// The state of one quota inside a transaction, by its algorithm's rules.
 /// Times are nanoseconds of Unix time.
@@ -55,15 +56,4 @@ impl Row {
     pub(super) fn not_before(&self) -> u64 {
         unix(self.next_available)
     }
-}
-
-/// A time of the store (ns of Unix time) as the algorithms of
-/// `crate::algorithms` count it: nothing before the epoch.
-pub(super) fn unix(nanos: i64) -> u64 {
-    u64::try_from(nanos).unwrap_or(0)
-}
-
-/// A time of the algorithms as the store keeps it, saturating.
-pub(super) fn stored(nanos: u64) -> i64 {
-    i64::try_from(nanos).unwrap_or(i64::MAX)
 }

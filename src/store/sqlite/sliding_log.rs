@@ -12,53 +12,14 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
 
 use super::schema::GRACE;
-use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration};
-use crate::clock::duration_nanos;
+use super::{
+    Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration, stored, unix,
+};
+use crate::algorithms::sliding_log::Pause;
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::{QuotaStatus, try_search};
 use crate::store::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
-
-/// The pause and backoff of one log.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Backoffs {
-    /// No start before this (µs; 0: none).
-    next_available: i64,
-    /// The current backoff (µs); `None` means the policy's initial delay.
-    backoff: Option<i64>,
-    /// What the last backoff replaced, so a refund that unfills the window
-    /// can undo it.
-    escalation: Option<(i64, Option<i64>)>,
-}
-
-impl Backoffs {
-    /// Backs off after a start at `now` filled the window, which frees a
-    /// place at `frees_at`.
-    fn escalate(&mut self, now: i64, frees_at: i64, backoff: &Backoff, jitter: f64) {
-        self.escalation = Some((self.next_available, self.backoff));
-        let current = self.backoff.map_or_else(
-            || duration_nanos(backoff.initial),
-            |micros| u64::try_from(micros).unwrap_or(0).saturating_mul(1_000),
-        );
-        let delay = backoff.escalate(current);
-        self.backoff = Some(micros_of(delay));
-        let ends = now.saturating_add(micros_of(Backoff::jittered(delay, jitter)));
-        self.next_available = self.next_available.max(ends).max(frees_at);
-    }
-
-    /// Undoes the last backoff, if one is recorded.
-    fn undo_escalation(&mut self) {
-        if let Some((next_available, backoff)) = self.escalation.take() {
-            self.next_available = next_available;
-            self.backoff = backoff;
-        }
-    }
-}
-
-/// Whole microseconds in `nanos`.
-fn micros_of(nanos: u64) -> i64 {
-    i64::try_from(nanos / 1_000).unwrap_or(i64::MAX)
-}
 
 /// One log inside a transaction, at `now`, under a policy (zeros without).
 struct Log<'a> {
@@ -99,9 +60,9 @@ impl Log<'_> {
 
     /// When `cost` starts could be granted, if not now: the later of the
     /// pause and the full window freeing a place.
-    fn blocked_until(&self, state: &Backoffs, cost: u32) -> rusqlite::Result<Option<i64>> {
-        let paused = (state.next_available > self.now).then_some(state.next_available);
-        Ok(paused.max(self.frees_at(cost)?))
+    fn blocked_until(&self, state: &Pause, cost: u32) -> rusqlite::Result<Option<i64>> {
+        let frees_at = self.frees_at(cost)?.map(unix);
+        Ok(state.blocked_until(unix(self.now), frees_at).map(stored))
     }
 
     /// Adds `count` starts at `at`.
@@ -127,17 +88,17 @@ impl Log<'_> {
     }
 
     /// Records `cost` starts now; backs off if that fills the window.
-    fn record(&self, state: &mut Backoffs, cost: u32, jitter: f64) -> rusqlite::Result<()> {
+    fn record(&self, state: &mut Pause, cost: u32, jitter: f64) -> rusqlite::Result<()> {
         self.add(self.now, cost)?;
         if let Some(backoff) = &self.backoff
             && let Some(frees_at) = self.frees_at(1)?
         {
-            state.escalate(self.now, frees_at, backoff, jitter);
+            state.escalate(unix(self.now), unix(frees_at), backoff, jitter, 1_000);
         }
         Ok(())
     }
 
-    fn load(&self) -> rusqlite::Result<Backoffs> {
+    fn load(&self) -> rusqlite::Result<Pause> {
         let sql = "SELECT next_available, backoff, escalated, escalated_next_available, \
                    escalated_backoff FROM tower_limits_backoffs WHERE name = ?1";
         let state = self
@@ -145,11 +106,14 @@ impl Log<'_> {
             .prepare_cached(sql)?
             .query_row([self.name], |row| {
                 let escalated: bool = row.get(2)?;
-                Ok(Backoffs {
-                    next_available: row.get(0)?,
-                    backoff: row.get(1)?,
+                let backoff = |index| -> rusqlite::Result<Option<u64>> {
+                    Ok(row.get::<_, Option<i64>>(index)?.map(unix))
+                };
+                Ok(Pause {
+                    next_available: unix(row.get(0)?),
+                    backoff: backoff(1)?,
                     escalation: if escalated {
-                        Some((row.get(3)?, row.get(4)?))
+                        Some((unix(row.get(3)?), backoff(4)?))
                     } else {
                         None
                     },
@@ -160,7 +124,7 @@ impl Log<'_> {
     }
 
     /// Saves `state` if it changed from `loaded`.
-    fn save(&self, loaded: &Backoffs, state: &Backoffs) -> rusqlite::Result<()> {
+    fn save(&self, loaded: &Pause, state: &Pause) -> rusqlite::Result<()> {
         if state == loaded {
             return Ok(());
         }
@@ -168,17 +132,15 @@ impl Log<'_> {
                    escalated, escalated_next_available, escalated_backoff, expires) \
                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
         let (escalated_next, escalated_backoff) = state.escalation.unwrap_or((0, None));
-        let until = self
-            .now
-            .saturating_add(self.window)
-            .max(state.next_available);
+        let next_available = stored(state.next_available);
+        let until = self.now.saturating_add(self.window).max(next_available);
         self.tx.prepare_cached(sql)?.execute(params![
             self.name,
-            state.next_available,
-            state.backoff,
+            next_available,
+            state.backoff.map(stored),
             state.escalation.is_some(),
-            escalated_next,
-            escalated_backoff,
+            stored(escalated_next),
+            escalated_backoff.map(stored),
             expiry(until),
         ])?;
         Ok(())
@@ -187,7 +149,7 @@ impl Log<'_> {
     /// Runs `change` on the loaded state, then saves it.
     fn update<T>(
         &self,
-        change: impl FnOnce(&mut Backoffs) -> rusqlite::Result<T>,
+        change: impl FnOnce(&mut Pause) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
         let loaded = self.load()?;
         let mut state = loaded;
@@ -202,7 +164,7 @@ impl Log<'_> {
             if let Some(at) = self.blocked_until(state, cost)? {
                 return Ok(self.retry(at));
             }
-            state.backoff = None;
+            state.granted();
             self.record(state, cost, jitter)?;
             Ok(Answer::Granted(u64::try_from(self.now).unwrap_or(0)))
         })
@@ -439,7 +401,7 @@ impl RateLimiterStore for SqliteStore {
         key: &'a SqliteKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         LimiterFuture::new(async move {
-            let work = |log: &Log<'_>| Ok(log.until(Some(log.load()?.next_available)));
+            let work = |log: &Log<'_>| Ok(log.until(Some(stored(log.load()?.next_available))));
             let paused = self.on_log(key, Mode::Read, None, work).await?;
             Ok(paused.map(after))
         })
@@ -453,10 +415,8 @@ impl RateLimiterStore for SqliteStore {
         let pause = micros(at.saturating_duration_since(Instant::now()));
         LimiterFuture::new(self.on_log(key, Mode::Write, None, move |log| {
             log.update(|state| {
-                let until = log.now.saturating_add(pause);
-                state.next_available = state.next_available.max(until);
                 // A pause from outside is never undone by a refund.
-                state.escalation = None;
+                state.pause_until(unix(log.now.saturating_add(pause)));
                 Ok(())
             })
         }))

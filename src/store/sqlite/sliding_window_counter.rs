@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::quota_state::{QuotaState, Row, stored, unix};
+use super::quota_state::{QuotaState, Row};
+use super::{stored, unix};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::windows::Windows;
 
