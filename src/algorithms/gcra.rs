@@ -38,8 +38,21 @@ pub(crate) struct Names {
     pub(crate) burst: &'static str,
 }
 
+impl Names {
+    /// GCRA's: `count` per period, `burst` at once.
+    pub(crate) const GCRA: Self = Self {
+        count: "count",
+        burst: "burst",
+    };
+    /// The token bucket's: `refill` per period, `capacity` at once.
+    pub(crate) const TOKEN_BUCKET: Self = Self {
+        count: "refill",
+        burst: "capacity",
+    };
+}
+
 /// A validated configuration: the emission interval and the burst.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CellConfig {
     /// `T`: nanoseconds per cell.
     interval: u64,

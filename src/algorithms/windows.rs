@@ -35,7 +35,7 @@ pub(crate) fn validate(max_executions: u32, window: Duration) -> Result<(), Conf
 }
 
 /// A validated window configuration.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Windows {
     /// The most a window admits.
     max: u32,

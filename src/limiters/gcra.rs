@@ -73,11 +73,6 @@ pub struct GcraLimiter {
 }
 
 /// What the parameters are called in [`GcraLimiter`]'s constructors.
-const NAMES: Names = Names {
-    count: "count",
-    burst: "burst",
-};
-
 impl GcraLimiter {
     /// A limiter admitting `count` calls per `period`, evenly paced (a burst
     /// of 1: calls start at least `period / count` apart).
@@ -112,7 +107,7 @@ impl GcraLimiter {
     /// # }
     /// ```
     pub fn new(count: u32, period: Duration) -> Result<Self, ConfigError> {
-        let config = CellConfig::new(NAMES, u64::from(count), period, 1)?;
+        let config = CellConfig::new(Names::GCRA, u64::from(count), period, 1)?;
         Ok(Self {
             cells: Cells::shared(config, Clock::default()),
         })
@@ -169,7 +164,7 @@ impl GcraLimiter {
     /// # }
     /// ```
     pub fn set_limit(&self, count: u32, period: Duration, burst: u32) -> Result<(), ConfigError> {
-        let config = CellConfig::new(NAMES, u64::from(count), period, burst)?;
+        let config = CellConfig::new(Names::GCRA, u64::from(count), period, burst)?;
         self.cells.retune(config);
         Ok(())
     }
@@ -205,7 +200,7 @@ impl GcraLimiter {
     /// # }
     /// ```
     pub fn with_burst(self, burst: u32) -> Result<Self, ConfigError> {
-        let config = self.cells.config().with_burst(NAMES, burst)?;
+        let config = self.cells.config().with_burst(Names::GCRA, burst)?;
         Ok(Self {
             cells: Cells::shared(config, self.cells.clock().clone()),
         })

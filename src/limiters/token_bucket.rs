@@ -70,11 +70,6 @@ pub struct TokenBucketLimiter {
 }
 
 /// What the parameters are called in [`TokenBucketLimiter`]'s constructors.
-const NAMES: Names = Names {
-    count: "refill",
-    burst: "capacity",
-};
-
 impl TokenBucketLimiter {
     /// A full bucket of `capacity` tokens, refilled with `refill` tokens per
     /// `period`.
@@ -102,7 +97,7 @@ impl TokenBucketLimiter {
     /// # }
     /// ```
     pub fn new(capacity: u32, refill: u32, period: Duration) -> Result<Self, ConfigError> {
-        let config = CellConfig::new(NAMES, u64::from(refill), period, capacity)?;
+        let config = CellConfig::new(Names::TOKEN_BUCKET, u64::from(refill), period, capacity)?;
         Ok(Self {
             cells: Cells::shared(config, Clock::default()),
         })
@@ -191,7 +186,7 @@ impl TokenBucketLimiter {
         refill: u32,
         period: Duration,
     ) -> Result<(), ConfigError> {
-        let config = CellConfig::new(NAMES, u64::from(refill), period, capacity)?;
+        let config = CellConfig::new(Names::TOKEN_BUCKET, u64::from(refill), period, capacity)?;
         self.cells.retune(config);
         Ok(())
     }

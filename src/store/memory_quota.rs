@@ -1,21 +1,22 @@
-//! [`QuotaStore`] for [`MemoryStore`]: each named quota is decided by the
-//! in-memory limiter of its algorithm, so the memory store behaves exactly
-//! as [`GcraLimiter`](crate::GcraLimiter),
+//! [`QuotaStore`] for [`MemoryStore`]: each named quota is a
+//! `QuotaState` behind a lock, decided by the same rules as
+//! [`GcraLimiter`](crate::GcraLimiter),
 //! [`FixedWindowLimiter`](crate::FixedWindowLimiter) (aligned to Unix time)
-//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter)
-//! do, and the conformance suite holds the other stores to that behaviour.
+//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter),
+//! and as SQLite decides on its rows.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::quota::QuotaKind;
+use super::quota_state::QuotaState;
 use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
+use crate::algorithms::windows::Windows;
 use crate::error::LimiterError;
-use crate::limiter::{Admission, Limiter, LimiterFuture, Permit};
-use crate::limiters::GcraLimiter;
-use crate::quota_status::QuotaStatus;
+use crate::limiter::LimiterFuture;
+use crate::quota_status::{QuotaStatus, search};
 
 /// A named quota in a [`MemoryStore`], made by [`QuotaStore::quota_key`].
 /// Keys for the same name refer to the same state.
@@ -35,16 +36,12 @@ use crate::quota_status::QuotaStatus;
 /// # }
 /// ```
 #[derive(Clone, Default)]
-pub struct MemoryQuotaKey(Arc<Mutex<Option<QuotaState>>>);
+pub struct MemoryQuotaKey(Arc<Mutex<Option<Slot>>>);
 
-/// The limiter deciding a key, and the quota it was built for.
-struct QuotaState {
+/// A key's state and the quota it was made for.
+struct Slot {
     quota: Quota,
-    limiter: Arc<dyn Limiter>,
-    /// The same limiter when the quota is GCRA (or a token bucket): a new
-    /// rate or burst retunes it, keeping what was spent, as the other
-    /// stores keep their TAT.
-    cells: Option<GcraLimiter>,
+    state: QuotaState,
 }
 
 impl fmt::Debug for MemoryQuotaKey {
@@ -54,59 +51,41 @@ impl fmt::Debug for MemoryQuotaKey {
 }
 
 impl MemoryStore {
-    /// Runs `act` on the limiter of `key` for `quota`.
-    fn with_limiter<T>(
+    /// Runs `act` on the state of `key` for `quota`, at the clock's now: a
+    /// fresh state (full capacity) the first time, or when the quota
+    /// changed its algorithm or window; the same TAT under the new rate and
+    /// burst when a GCRA quota changed only those, as the other stores keep
+    /// theirs.
+    fn with_state<T>(
         &self,
         key: &MemoryQuotaKey,
         quota: &Quota,
-        act: impl FnOnce(&dyn Limiter) -> Result<T, LimiterError>,
+        act: impl FnOnce(&mut QuotaState, u64) -> T,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
-        LimiterFuture::ready(self.limiter(key, quota).and_then(|limiter| act(&*limiter)))
+        let mut slot = key.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Read under the lock, so decisions are made in time order.
+        let now = self.clock().now_nanos();
+        let windows = |windows: Windows| windows.for_clock(self.clock());
+        let slot = match &mut *slot {
+            Some(current) if current.quota == *quota => current,
+            current => {
+                let fresh = QuotaState::fresh(quota, windows, now);
+                let state = match current {
+                    Some(previous) => previous.state.renewed(fresh),
+                    None => fresh,
+                };
+                current.insert(Slot {
+                    quota: *quota,
+                    state,
+                })
+            }
+        };
+        LimiterFuture::ready(Ok(act(&mut slot.state, now)))
     }
 
-    /// The limiter of `key` for `quota`: a new one (full capacity) the
-    /// first time, or when the quota changed to another algorithm or
-    /// window; the same one, retuned, when a GCRA quota changed its rate
-    /// or burst.
-    fn limiter(
-        &self,
-        key: &MemoryQuotaKey,
-        quota: &Quota,
-    ) -> Result<Arc<dyn Limiter>, LimiterError> {
-        let mut state = key.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(current) = &mut *state {
-            if current.quota == *quota {
-                return Ok(Arc::clone(&current.limiter));
-            }
-            if let (Some(cells), QuotaKind::Cells { interval, burst }) =
-                (&current.cells, quota.kind())
-            {
-                cells
-                    .set_limit(1, interval, burst)
-                    .map_err(LimiterError::new)?;
-                current.quota = *quota;
-                return Ok(Arc::clone(&current.limiter));
-            }
-        }
-        let (limiter, cells) = quota
-            .memory_limiter(self.clock().clone())
-            .map_err(LimiterError::new)?;
-        *state = Some(QuotaState {
-            quota: *quota,
-            limiter: Arc::clone(&limiter),
-            cells,
-        });
-        Ok(limiter)
+    fn instant_of(&self, nanos: u64) -> Instant {
+        self.clock().instant_at(nanos)
     }
-}
-
-/// The answer of an in-memory limiter, which is always ready.
-fn now_or_error<T>(future: LimiterFuture<'_, Result<T, LimiterError>>) -> Result<T, LimiterError> {
-    future.into_ready().unwrap_or_else(|_| {
-        Err(LimiterError::new(
-            "an in-memory limiter answered asynchronously",
-        ))
-    })
 }
 
 impl QuotaStore for MemoryStore {
@@ -122,17 +101,11 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        self.with_limiter(key, quota, |limiter| {
-            Ok(match now_or_error(limiter.try_acquire_many(cost))? {
-                Admission::Granted(permit) => WindowDecision::Granted {
-                    ticket: permit
-                        .token()
-                        .ok_or_else(|| LimiterError::new("a grant without a ticket"))?,
-                },
-                Admission::Denied(denial) => WindowDecision::Denied {
-                    retry_at: denial.retry_at().unwrap_or_else(Instant::now),
-                },
-            })
+        self.with_state(key, quota, |state, now| match state.decide(now, cost) {
+            Ok(ticket) => WindowDecision::Granted { ticket },
+            Err(at) => WindowDecision::Denied {
+                retry_at: self.instant_of(at),
+            },
         })
     }
 
@@ -142,9 +115,9 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        self.with_limiter(key, quota, |limiter| {
-            let denial = now_or_error(limiter.peek(cost))?;
-            Ok(denial.map(|denial| denial.retry_at().unwrap_or_else(Instant::now)))
+        self.with_state(key, quota, |state, now| {
+            let at = state.blocked_until(now, cost);
+            at.map(|at| self.instant_of(at))
         })
     }
 
@@ -153,9 +126,10 @@ impl QuotaStore for MemoryStore {
         key: &'a MemoryQuotaKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        self.with_limiter(key, quota, |limiter| {
-            now_or_error(limiter.quota_status())?
-                .ok_or_else(|| LimiterError::new("a quota's limiter reported no quota"))
+        self.with_state(key, quota, |state, now| {
+            let (remaining, at) = search(quota.capacity(), |cost| state.blocked_until(now, cost));
+            let wait = at.map(|at| Duration::from_nanos(at.saturating_sub(now)));
+            quota.status(u64::from(remaining), wait)
         })
     }
 
@@ -164,7 +138,7 @@ impl QuotaStore for MemoryStore {
         key: &'a MemoryQuotaKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.with_limiter(key, quota, |limiter| now_or_error(limiter.record_start()))
+        self.with_state(key, quota, |state, now| state.take(now))
     }
 
     fn adjust<'a>(
@@ -175,11 +149,7 @@ impl QuotaStore for MemoryStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
-        self.with_limiter(key, quota, |limiter| {
-            let mut permit = Permit::with_token(ticket).with_cost(from);
-            limiter.settle(&mut permit, to);
-            Ok(permit.token())
-        })
+        self.with_state(key, quota, |state, now| state.adjust(now, ticket, from, to))
     }
 
     fn pause<'a>(
@@ -188,16 +158,16 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.with_limiter(key, quota, |limiter| {
-            now_or_error(limiter.set_next_available_time(at))
-        })
+        let until = self.clock().nanos_at(at);
+        self.with_state(key, quota, |state, _| state.pause(until))
     }
 
     fn reset<'a>(
         &'a self,
         key: &'a MemoryQuotaKey,
-        quota: &'a Quota,
+        _quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.with_limiter(key, quota, |limiter| now_or_error(limiter.clear()))
+        *key.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        LimiterFuture::ready(Ok(()))
     }
 }

@@ -97,6 +97,7 @@ mod memory_quota;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod quota;
+mod quota_state;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sqlite")]

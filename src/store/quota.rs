@@ -1,18 +1,15 @@
 //! [`Quota`] and [`QuotaStore`]: GCRA, token bucket, fixed window and sliding
 //! window counter, decided atomically in a store.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::WindowDecision;
-use crate::clock::Clock;
+use crate::algorithms::gcra::{CellConfig, Names};
+use crate::algorithms::windows;
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::{Limiter, LimiterFuture};
-use crate::limiters::{
-    FixedWindowLimiter, GcraLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
-};
+use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 
 /// The rules of a quota decided in a store: which algorithm, and its limits.
@@ -68,7 +65,12 @@ impl Quota {
     /// # }
     /// ```
     pub fn gcra(count: u32, period: Duration) -> Result<Self, ConfigError> {
-        Ok(Self::cells(&GcraLimiter::new(count, period)?))
+        Ok(Self::cells(CellConfig::new(
+            Names::GCRA,
+            u64::from(count),
+            period,
+            1,
+        )?))
     }
 
     /// A token bucket holding up to `capacity` tokens, refilled with
@@ -86,13 +88,13 @@ impl Quota {
     /// # }
     /// ```
     pub fn token_bucket(capacity: u32, refill: u32, period: Duration) -> Result<Self, ConfigError> {
-        let bucket = TokenBucketLimiter::new(capacity, refill, period)?;
-        Ok(Self {
-            kind: QuotaKind::Cells {
-                interval: bucket.refill_interval(),
-                burst: bucket.capacity(),
-            },
-        })
+        let names = Names::TOKEN_BUCKET;
+        Ok(Self::cells(CellConfig::new(
+            names,
+            u64::from(refill),
+            period,
+            capacity,
+        )?))
     }
 
     /// At most `max_executions` per calendar window of `window`, windows
@@ -110,7 +112,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn fixed_window(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
-        FixedWindowLimiter::new(max_executions, window)?;
+        windows::validate(max_executions, window)?;
         Ok(Self {
             kind: QuotaKind::FixedWindow {
                 max: max_executions,
@@ -136,7 +138,7 @@ impl Quota {
         max_executions: u32,
         window: Duration,
     ) -> Result<Self, ConfigError> {
-        SlidingWindowCounterLimiter::new(max_executions, window)?;
+        windows::validate(max_executions, window)?;
         Ok(Self {
             kind: QuotaKind::SlidingWindowCounter {
                 max: max_executions,
@@ -168,15 +170,16 @@ impl Quota {
                 "applies only to GCRA and token bucket quotas",
             ));
         };
-        let gcra = GcraLimiter::new(1, interval)?.with_burst(burst)?;
-        Ok(Self::cells(&gcra))
+        let names = Names::GCRA;
+        let config = CellConfig::new(names, 1, interval, 1)?.with_burst(names, burst)?;
+        Ok(Self::cells(config))
     }
 
-    fn cells(gcra: &GcraLimiter) -> Self {
+    fn cells(config: CellConfig) -> Self {
         Self {
             kind: QuotaKind::Cells {
-                interval: gcra.interval(),
-                burst: gcra.burst(),
+                interval: config.interval(),
+                burst: config.burst(),
             },
         }
     }
@@ -199,7 +202,6 @@ impl Quota {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     /// The window [`capacity`](Quota::capacity) applies to: a window's
     /// length, or the time a GCRA or bucket takes to refill from empty.
     pub(crate) fn window(&self) -> Duration {
@@ -210,7 +212,6 @@ impl Quota {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     /// The status of this quota with `remaining` units left, and more after
     /// `refill_in`.
     pub(crate) fn status(&self, remaining: u64, refill_in: Option<Duration>) -> QuotaStatus {
@@ -225,35 +226,6 @@ impl Quota {
     /// What the stores dispatch on.
     pub(crate) fn kind(&self) -> QuotaKind {
         self.kind
-    }
-
-    /// The in-memory limiter that enforces this quota, reading `clock`.
-    /// Every quota was validated by building the same limiter, so this
-    /// fails only if that validation and this one disagree.
-    pub(crate) fn memory_limiter(
-        &self,
-        clock: Clock,
-    ) -> Result<(Arc<dyn Limiter>, Option<GcraLimiter>), ConfigError> {
-        Ok(match self.kind {
-            QuotaKind::Cells { interval, burst } => {
-                let gcra = GcraLimiter::new(1, interval)?
-                    .with_burst(burst)?
-                    .with_clock(clock);
-                (Arc::new(gcra.clone()), Some(gcra))
-            }
-            QuotaKind::FixedWindow { max, window } => (
-                Arc::new(
-                    FixedWindowLimiter::new(max, window)?
-                        .with_clock(clock)
-                        .aligned_to_unix_time(),
-                ),
-                None,
-            ),
-            QuotaKind::SlidingWindowCounter { max, window } => (
-                Arc::new(SlidingWindowCounterLimiter::new(max, window)?.with_clock(clock)),
-                None,
-            ),
-        })
     }
 }
 

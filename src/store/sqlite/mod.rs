@@ -22,7 +22,6 @@ mod curve;
 mod fixed_window;
 mod lease;
 mod quota;
-mod quota_state;
 mod schema;
 mod sliding_log;
 mod sliding_window_counter;
@@ -622,13 +621,19 @@ fn unsigned(value: i64) -> u64 {
     u64::from_ne_bytes(value.to_ne_bytes())
 }
 
-/// A time of the store (ns or µs of Unix time) as the algorithms of
-/// `crate::algorithms` count it: nothing before the epoch.
-fn unix(time: i64) -> u64 {
-    u64::try_from(time).unwrap_or(0)
+/// A stored time (ns or µs of Unix time) or count as the algorithms of
+/// `crate::algorithms` take it: nothing below 0.
+fn nonnegative(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
 }
 
-/// A time of the algorithms as the store keeps it, saturating.
-fn stored(time: u64) -> i64 {
-    i64::try_from(time).unwrap_or(i64::MAX)
+/// A time or count of the algorithms as SQLite's integer, saturating.
+fn stored(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// `expires` (ns) of a quota row whose numbers matter until `ends`, or
+/// until the pause `not_before` ends if later.
+fn expires(ends: u64, not_before: u64) -> i64 {
+    stored(ends.max(not_before)).saturating_add(schema::GRACE)
 }

@@ -6,43 +6,55 @@
 use rusqlite::Transaction;
 use tokio::time::Instant;
 
-use super::cells::Cells;
-use super::fixed_window::FixedWindow;
-use super::quota_state::QuotaState;
-use super::sliding_window_counter::SlidingWindowCounter;
-use super::{Answer, Mode, Now, SqliteKey, SqliteStore, after, nanos_to_duration, nanos_until};
+use super::{
+    Answer, Mode, Now, SqliteKey, SqliteStore, after, cells, fixed_window, nanos_to_duration,
+    nanos_until, nonnegative, sliding_window_counter, stored,
+};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::{QuotaStatus, search};
+use crate::store::quota_state::QuotaState;
 use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
 
-/// The row of `quota` called `name`, in its algorithm's table.
-fn load(
-    tx: &Transaction<'_>,
-    name: &str,
-    quota: &Quota,
-    now: Now,
-) -> rusqlite::Result<Box<dyn QuotaState>> {
-    Ok(match quota.kind() {
-        QuotaKind::Cells { interval, burst } => {
-            Box::new(Cells::load(tx, name, (interval, burst), now.0)?)
-        }
-        QuotaKind::FixedWindow { max, window } => {
-            Box::new(FixedWindow::load(tx, name, max, window)?)
-        }
-        QuotaKind::SlidingWindowCounter { max, window } => {
-            Box::new(SlidingWindowCounter::load(tx, name, max, window)?)
-        }
-    })
+/// The state of `quota` called `name`: its row in its algorithm's table,
+/// or a fresh state. Windows fall on multiples of their length in Unix
+/// time, the store's times.
+fn load(tx: &Transaction<'_>, name: &str, quota: &Quota, now: Now) -> rusqlite::Result<QuotaState> {
+    Ok(
+        match QuotaState::fresh(quota, |windows| windows, nonnegative(now.0)) {
+            QuotaState::Cells(fresh) => QuotaState::Cells(cells::load(tx, name, fresh)?),
+            QuotaState::FixedWindow(fresh) => {
+                QuotaState::FixedWindow(fixed_window::load(tx, name, fresh)?)
+            }
+            QuotaState::SlidingWindowCounter(fresh) => {
+                QuotaState::SlidingWindowCounter(sliding_window_counter::load(tx, name, fresh)?)
+            }
+        },
+    )
+}
+
+/// Writes `state` back to its row.
+fn save(tx: &Transaction<'_>, name: &str, state: &QuotaState) -> rusqlite::Result<()> {
+    match state {
+        QuotaState::Cells(state) => cells::save(tx, name, state),
+        QuotaState::FixedWindow(state) => fixed_window::save(tx, name, state),
+        QuotaState::SlidingWindowCounter(state) => sliding_window_counter::save(tx, name, state),
+    }
 }
 
 /// The table that holds `quota`'s rows.
 fn table(quota: &Quota) -> &'static str {
     match quota.kind() {
-        QuotaKind::Cells { .. } => Cells::TABLE,
-        QuotaKind::FixedWindow { .. } => FixedWindow::TABLE,
-        QuotaKind::SlidingWindowCounter { .. } => SlidingWindowCounter::TABLE,
+        QuotaKind::Cells { .. } => cells::TABLE,
+        QuotaKind::FixedWindow { .. } => fixed_window::TABLE,
+        QuotaKind::SlidingWindowCounter { .. } => sliding_window_counter::TABLE,
     }
+}
+
+/// When `cost` units of `state` could be taken, in nanoseconds from now.
+fn wait(state: &QuotaState, now: Now, cost: u32) -> Option<i64> {
+    let at = state.blocked_until(nonnegative(now.0), cost)?;
+    Some(stored(at).saturating_sub(now.0))
 }
 
 impl SqliteStore {
@@ -57,14 +69,15 @@ impl SqliteStore {
     ) -> Result<T, LimiterError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn QuotaState, Now) -> T + Send + 'static,
+        F: FnOnce(&mut QuotaState, Now) -> T + Send + 'static,
     {
         let (name, quota) = (key.owned(), *quota);
         self.call(mode, move |tx, now| {
-            let mut state = load(tx, &name, &quota, now)?;
-            let answer = work(state.as_mut(), now);
-            if mode == Mode::Write && state.row().changed {
-                state.save(tx, &name)?;
+            let loaded = load(tx, &name, &quota, now)?;
+            let mut state = loaded;
+            let answer = work(&mut state, now);
+            if mode == Mode::Write && state != loaded {
+                save(tx, &name, &state)?;
             }
             Ok(answer)
         })
@@ -92,8 +105,9 @@ impl QuotaStore for SqliteStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         LimiterFuture::new(async move {
-            let work = move |state: &mut dyn QuotaState, now: Now| {
-                Answer::new(state.decide(now.0, cost), now)
+            let work = move |state: &mut QuotaState, now: Now| {
+                let decision = state.decide(nonnegative(now.0), cost);
+                Answer::new(decision.map_err(stored), now)
             };
             let answer = self.on_quota(key, quota, Mode::Write, work).await?;
             Ok(answer.decision())
@@ -107,10 +121,7 @@ impl QuotaStore for SqliteStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         LimiterFuture::new(async move {
-            let work = move |state: &mut dyn QuotaState, now: Now| {
-                let at = state.blocked_until(now.0, cost);
-                at.map(|at| at.saturating_sub(now.0))
-            };
+            let work = move |state: &mut QuotaState, now: Now| wait(state, now, cost);
             let blocked = self.on_quota(key, quota, Mode::Read, work).await?;
             Ok(blocked.map(after))
         })
@@ -123,9 +134,9 @@ impl QuotaStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
         let capacity = quota.capacity();
         LimiterFuture::new(async move {
-            let work = move |state: &mut dyn QuotaState, now: Now| {
-                let (remaining, at) = search(capacity, |cost| state.blocked_until(now.0, cost));
-                (remaining, at.map(|at| at.saturating_sub(now.0)))
+            let work = move |state: &mut QuotaState, now: Now| {
+                let waits = |cost| wait(state, now, cost);
+                search(capacity, waits)
             };
             let (remaining, wait) = self.on_quota(key, quota, Mode::Read, work).await?;
             Ok(quota.status(u64::from(remaining), wait.map(nanos_to_duration)))
@@ -138,7 +149,7 @@ impl QuotaStore for SqliteStore {
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         LimiterFuture::new(self.on_quota(key, quota, Mode::Write, |state, now| {
-            state.take(now.0);
+            state.take(nonnegative(now.0));
         }))
     }
 
@@ -151,7 +162,7 @@ impl QuotaStore for SqliteStore {
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
         LimiterFuture::new(self.on_quota(key, quota, Mode::Write, move |state, now| {
-            state.adjust(now.0, ticket, from, to)
+            state.adjust(nonnegative(now.0), ticket, from, to)
         }))
     }
 
@@ -163,7 +174,7 @@ impl QuotaStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let pause = nanos_until(at);
         LimiterFuture::new(self.on_quota(key, quota, Mode::Write, move |state, now| {
-            state.pause(now.0.saturating_add(pause));
+            state.pause(nonnegative(now.0.saturating_add(pause)));
         }))
     }
 

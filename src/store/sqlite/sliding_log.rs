@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use super::schema::GRACE;
 use super::{
-    Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration, stored, unix,
+    Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration, nonnegative,
+    stored,
 };
 use crate::algorithms::sliding_log::Pause;
 use crate::error::LimiterError;
@@ -61,8 +62,10 @@ impl Log<'_> {
     /// When `cost` starts could be granted, if not now: the later of the
     /// pause and the full window freeing a place.
     fn blocked_until(&self, state: &Pause, cost: u32) -> rusqlite::Result<Option<i64>> {
-        let frees_at = self.frees_at(cost)?.map(unix);
-        Ok(state.blocked_until(unix(self.now), frees_at).map(stored))
+        let frees_at = self.frees_at(cost)?.map(nonnegative);
+        Ok(state
+            .blocked_until(nonnegative(self.now), frees_at)
+            .map(stored))
     }
 
     /// Adds `count` starts at `at`.
@@ -93,7 +96,13 @@ impl Log<'_> {
         if let Some(backoff) = &self.backoff
             && let Some(frees_at) = self.frees_at(1)?
         {
-            state.escalate(unix(self.now), unix(frees_at), backoff, jitter, 1_000);
+            state.escalate(
+                nonnegative(self.now),
+                nonnegative(frees_at),
+                backoff,
+                jitter,
+                1_000,
+            );
         }
         Ok(())
     }
@@ -107,13 +116,13 @@ impl Log<'_> {
             .query_row([self.name], |row| {
                 let escalated: bool = row.get(2)?;
                 let backoff = |index| -> rusqlite::Result<Option<u64>> {
-                    Ok(row.get::<_, Option<i64>>(index)?.map(unix))
+                    Ok(row.get::<_, Option<i64>>(index)?.map(nonnegative))
                 };
                 Ok(Pause {
-                    next_available: unix(row.get(0)?),
+                    next_available: nonnegative(row.get(0)?),
                     backoff: backoff(1)?,
                     escalation: if escalated {
-                        Some((unix(row.get(3)?), backoff(4)?))
+                        Some((nonnegative(row.get(3)?), backoff(4)?))
                     } else {
                         None
                     },
@@ -416,7 +425,7 @@ impl RateLimiterStore for SqliteStore {
         LimiterFuture::new(self.on_log(key, Mode::Write, None, move |log| {
             log.update(|state| {
                 // A pause from outside is never undone by a refund.
-                state.pause_until(unix(log.now.saturating_add(pause)));
+                state.pause_until(nonnegative(log.now.saturating_add(pause)));
                 Ok(())
             })
         }))

@@ -1,0 +1,256 @@
+//! [`QuotaState`]: one quota's state by its algorithm's rules (the
+//! decisions of `crate::algorithms`), for the stores that decide in Rust:
+//! the memory store keeps it behind a lock, SQLite loads it from a row and
+//! saves it back in each transaction. Redis and PostgreSQL run the same
+//! rules in Lua and PL/pgSQL.
+//!
+//! Times are nanoseconds from the store's origin: its clock's epoch in
+//! memory, the Unix epoch in SQLite. A grant's ticket is the window it was
+//! counted in, or for GCRA the generation of the TAT it left.
+
+use super::quota::{Quota, QuotaKind};
+use crate::algorithms::fixed_window;
+use crate::algorithms::gcra::{CellConfig, judge};
+use crate::algorithms::sliding_window_counter::Counts;
+use crate::algorithms::windows::Windows;
+
+/// The state of one quota, by algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QuotaState {
+    Cells(Cells),
+    FixedWindow(FixedWindow),
+    SlidingWindowCounter(SlidingWindowCounter),
+}
+
+/// GCRA (and the token bucket): the theoretical arrival time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cells {
+    pub(crate) config: CellConfig,
+    pub(crate) tat: u64,
+    /// Bumped on every change of the TAT: a grant's ticket.
+    pub(crate) generation: u64,
+    /// Nothing starts before this.
+    pub(crate) not_before: u64,
+}
+
+/// A fixed window's count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FixedWindow {
+    pub(crate) windows: Windows,
+    /// The window counted in, if any.
+    pub(crate) index: Option<u64>,
+    pub(crate) count: u64,
+    /// Nothing starts before this.
+    pub(crate) not_before: u64,
+}
+
+/// A sliding window counter's two counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlidingWindowCounter {
+    pub(crate) windows: Windows,
+    pub(crate) counts: Counts,
+    /// Nothing starts before this.
+    pub(crate) not_before: u64,
+}
+
+impl QuotaState {
+    /// A fresh state for `quota` (full capacity, no pause). `windows`
+    /// places a window quota's boundaries on the store's time (they fall on
+    /// multiples of the window in Unix time); a GCRA generation starts at
+    /// `now`, so no ticket of an earlier state of the same name matches.
+    pub(crate) fn fresh(quota: &Quota, windows: impl Fn(Windows) -> Windows, now: u64) -> Self {
+        match quota.kind() {
+            QuotaKind::Cells { interval, burst } => Self::Cells(Cells {
+                config: CellConfig::validated(interval, burst),
+                tat: 0,
+                generation: now,
+                not_before: 0,
+            }),
+            QuotaKind::FixedWindow { max, window } => Self::FixedWindow(FixedWindow {
+                windows: windows(Windows::validated(max, window)),
+                index: None,
+                count: 0,
+                not_before: 0,
+            }),
+            QuotaKind::SlidingWindowCounter { max, window } => {
+                Self::SlidingWindowCounter(SlidingWindowCounter {
+                    windows: windows(Windows::validated(max, window)),
+                    counts: Counts::default(),
+                    not_before: 0,
+                })
+            }
+        }
+    }
+
+    /// The state of `fresh`'s quota, which replaced the one `self` was
+    /// made for: a GCRA state keeps its TAT, pause and generation under the
+    /// new rate and burst (what was spent still counts); any other change
+    /// starts afresh.
+    pub(crate) fn renewed(self, fresh: Self) -> Self {
+        match (self, fresh) {
+            (Self::Cells(kept), Self::Cells(fresh)) => Self::Cells(Cells {
+                config: fresh.config,
+                ..kept
+            }),
+            (_, fresh) => fresh,
+        }
+    }
+
+    /// Takes `cost` units and answers the grant's ticket, or answers when
+    /// `cost` could be taken.
+    pub(crate) fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        match self {
+            Self::Cells(cells) => cells.decide(now, cost),
+            Self::FixedWindow(window) => window.decide(now, cost),
+            Self::SlidingWindowCounter(counter) => counter.decide(now, cost),
+        }
+    }
+
+    /// When `cost` units could be taken, if not at `now`.
+    pub(crate) fn blocked_until(&self, now: u64, cost: u32) -> Option<u64> {
+        match self {
+            Self::Cells(cells) => cells.judge(now, cost).err(),
+            Self::FixedWindow(window) => window.blocked_until(now, cost),
+            Self::SlidingWindowCounter(counter) => {
+                let (windows, not_before) = (&counter.windows, counter.not_before);
+                counter.counts.blocked_until(windows, now, not_before, cost)
+            }
+        }
+    }
+
+    /// Takes one unit, room or not.
+    pub(crate) fn take(&mut self, now: u64) {
+        match self {
+            Self::Cells(cells) => {
+                let tat = cells.tat.max(now).saturating_add(cells.config.weight(1));
+                cells.move_tat(tat);
+            }
+            Self::FixedWindow(window) => {
+                let current = window.windows.index(now);
+                window.recount(now, current, 0, 1);
+            }
+            Self::SlidingWindowCounter(counter) => {
+                let current = counter.windows.index(now);
+                counter.recount(now, current, 0, 1);
+            }
+        }
+    }
+
+    /// Turns the `from` units granted with `ticket` into `to`; the ticket
+    /// that now stands for the grant, if it can still be adjusted down.
+    pub(crate) fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) -> Option<u64> {
+        match self {
+            Self::Cells(cells) => cells.adjust(ticket, from, to),
+            Self::FixedWindow(window) => {
+                window.recount(now, ticket, from, to);
+                Some(ticket)
+            }
+            Self::SlidingWindowCounter(counter) => {
+                counter.recount(now, ticket, from, to);
+                Some(ticket)
+            }
+        }
+    }
+
+    /// Grants nothing before `until`; never shortens a pause.
+    pub(crate) fn pause(&mut self, until: u64) {
+        let not_before = match self {
+            Self::Cells(cells) => &mut cells.not_before,
+            Self::FixedWindow(window) => &mut window.not_before,
+            Self::SlidingWindowCounter(counter) => &mut counter.not_before,
+        };
+        *not_before = (*not_before).max(until);
+    }
+}
+
+impl Cells {
+    /// The GCRA test: the TAT a grant of `cost` leaves, or when it would
+    /// conform.
+    fn judge(&self, now: u64, cost: u32) -> Result<u64, u64> {
+        judge(self.config, now, self.not_before, self.tat, cost)
+    }
+
+    fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        let tat = self.judge(now, cost)?;
+        self.move_tat(tat);
+        Ok(self.generation)
+    }
+
+    fn move_tat(&mut self, tat: u64) {
+        self.tat = tat;
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// A decrease only if nothing moved the TAT since the grant; an
+    /// increase always.
+    fn adjust(&mut self, ticket: u64, from: u32, to: u32) -> Option<u64> {
+        let matched = self.generation == ticket;
+        let difference = self.config.weight(from.abs_diff(to));
+        if to < from {
+            if !matched {
+                return None;
+            }
+            self.move_tat(self.tat.saturating_sub(difference));
+        } else {
+            self.move_tat(self.tat.saturating_add(difference));
+        }
+        matched.then_some(self.generation)
+    }
+}
+
+impl FixedWindow {
+    fn count_in(&self, index: u64) -> u64 {
+        if self.index == Some(index) {
+            self.count
+        } else {
+            0
+        }
+    }
+
+    fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        if let Some(at) = self.blocked_until(now, cost) {
+            return Err(at);
+        }
+        let current = self.windows.index(now);
+        self.count = self.count_in(current).saturating_add(u64::from(cost));
+        self.index = Some(current);
+        Ok(current)
+    }
+
+    fn blocked_until(&self, now: u64, cost: u32) -> Option<u64> {
+        let count_in = |index| self.count_in(index);
+        fixed_window::blocked_until(&self.windows, now, self.not_before, cost, count_in)
+    }
+
+    /// Moves the `from` units counted in window `index` to `to`, in the
+    /// window of `now`.
+    fn recount(&mut self, now: u64, index: u64, from: u32, to: u32) {
+        let current = self.windows.index(now);
+        let counted = self.count_in(current);
+        if let Some(count) = fixed_window::recount(index, current, counted, from, to) {
+            (self.index, self.count) = (Some(current), count);
+        }
+    }
+}
+
+impl SlidingWindowCounter {
+    fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        let (windows, not_before) = (&self.windows, self.not_before);
+        if let Some(at) = self.counts.blocked_until(windows, now, not_before, cost) {
+            return Err(at);
+        }
+        let index = self.windows.index(now);
+        self.counts = self.counts.at(index);
+        self.counts.current = self.counts.current.saturating_add(u64::from(cost));
+        Ok(index)
+    }
+
+    /// Moves the `from` units counted in window `index` to `to`.
+    fn recount(&mut self, now: u64, index: u64, from: u32, to: u32) {
+        let current = self.windows.index(now);
+        self.counts = self.counts.at(current);
+        if let Some(counts) = self.counts.recount(current, index, from, to) {
+            self.counts = counts;
+        }
+    }
+}
