@@ -25,6 +25,7 @@ DECLARE
   v_gen bigint := 0;
   v_ready float8;
   v_matched boolean;
+  v_old_tat float8;
 BEGIN
   PERFORM __SCHEMA__.lock_key('cells', k);
   IF op = 'status' THEN
@@ -37,6 +38,7 @@ BEGIN
   IF NOT FOUND THEN
     v_tat := 0; v_nb := 0; v_gen := 0;
   END IF;
+  v_old_tat := v_tat;
 
   IF op IN ('acquire', 'peek') THEN
     -- The GCRA test for a grant of `cost`.
@@ -64,9 +66,12 @@ BEGIN
     RAISE EXCEPTION 'unknown GCRA operation %', op;
   END IF;
 
+  -- A grant's ticket stands while the TAT is where the grant left it (as
+  -- the in-memory Cells' token, the TAT itself): gen moves only with the
+  -- TAT, so a grant of cost 0 that leaves it in place voids no earlier one.
   IF op <> 'pause' THEN
     v_tat := greatest(v_tat, 0);
-    v_gen := v_gen + 1;
+    IF v_tat <> v_old_tat THEN v_gen := v_gen + 1; END IF;
   END IF;
   INSERT INTO __SCHEMA__.cells AS c (key, tat, nb, gen, expires)
     VALUES (k, v_tat, v_nb, v_gen, greatest(ceil(v_tat)::bigint, v_nb, t) + 1000000)

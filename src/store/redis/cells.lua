@@ -28,9 +28,13 @@ local function expire()
   redis.call('PEXPIRE', key, math.ceil(math.max(ttl, 0) / 1000) + 1000)
 end
 
+-- A grant's ticket stands while the TAT is where the grant left it, as the
+-- in-memory Cells' token (the TAT itself) does: gen moves only with the TAT,
+-- so a grant of cost 0 that leaves it in place voids no earlier ticket.
 local function save(new_tat)
-  tat = math.max(new_tat, 0)
-  gen = gen + 1
+  new_tat = math.max(new_tat, 0)
+  if new_tat ~= tat then gen = gen + 1 end
+  tat = new_tat
   redis.call('HSET', key, 'tat', tat, 'gen', gen)
   expire()
 end
