@@ -36,7 +36,10 @@ BEGIN
   SELECT c.tat, c.nb, c.gen INTO v_tat, v_nb, v_gen
     FROM __SCHEMA__.cells c WHERE c.key = k AND c.expires > t;
   IF NOT FOUND THEN
-    v_tat := 0; v_nb := 0; v_gen := 0;
+    -- An expired (or new) row starts its gen at now, past every gen of its
+    -- earlier life: a ticket from before the expiry matches no later grant,
+    -- so it cannot give back units that grant took.
+    v_tat := 0; v_nb := 0; v_gen := t;
   END IF;
   v_old_tat := v_tat;
 

@@ -13,7 +13,10 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local span = interval * burst
 local stored = redis.call('HMGET', key, 'tat', 'nb', 'gen')
-local tat, nb, gen = tonumber(stored[1]) or 0, tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+-- A key that expired (or never was) starts its gen at now, past every gen
+-- of its earlier life: a ticket from before the expiry matches no later
+-- grant, so it cannot give back units that grant took.
+local tat, nb, gen = tonumber(stored[1]) or 0, tonumber(stored[2]) or 0, tonumber(stored[3]) or now
 
 -- The GCRA test: the TAT a grant of `cost` leaves, or when it would conform.
 local function judge(cost)
