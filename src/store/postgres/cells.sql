@@ -76,8 +76,11 @@ BEGIN
     v_tat := greatest(v_tat, 0);
     IF v_tat <> v_old_tat THEN v_gen := v_gen + 1; END IF;
   END IF;
+  -- The row matters until the TAT plus a whole burst has passed: a settle
+  -- charges extra cells on top of the TAT a grant left (up to the burst),
+  -- which can bring an old TAT back ahead of now.
   INSERT INTO __SCHEMA__.cells AS c (key, tat, nb, gen, expires)
-    VALUES (k, v_tat, v_nb, v_gen, greatest(ceil(v_tat)::bigint, v_nb, t) + 1000000)
+    VALUES (k, v_tat, v_nb, v_gen, greatest(ceil(v_tat + tick * burst)::bigint, v_nb, t) + 1000000)
     ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat, nb = EXCLUDED.nb, gen = EXCLUDED.gen,
       expires = EXCLUDED.expires;
   IF op = 'pause' THEN RETURN ARRAY[1]; END IF;

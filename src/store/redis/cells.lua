@@ -26,8 +26,11 @@ local function judge(cost)
   return true, math.max(tat, now) + weight
 end
 
+-- The state matters until the TAT plus a whole burst has passed: a settle
+-- charges extra cells on top of the TAT a grant left (up to the burst), which
+-- can bring an old TAT back ahead of now.
 local function expire()
-  local ttl = math.max(tat, nb) - now
+  local ttl = math.max(tat + span, nb) - now
   redis.call('PEXPIRE', key, math.ceil(math.max(ttl, 0) / 1000) + 1000)
 end
 
