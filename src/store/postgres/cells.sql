@@ -25,6 +25,7 @@ DECLARE
   v_gen bigint := 0;
   v_ready float8;
   v_matched boolean;
+  v_old_tat float8;
 BEGIN
   PERFORM __SCHEMA__.lock_key('cells', k);
   IF op = 'status' THEN
@@ -35,8 +36,12 @@ BEGIN
   SELECT c.tat, c.nb, c.gen INTO v_tat, v_nb, v_gen
     FROM __SCHEMA__.cells c WHERE c.key = k AND c.expires > t;
   IF NOT FOUND THEN
-    v_tat := 0; v_nb := 0; v_gen := 0;
+    -- An expired (or new) row starts its gen at now, past every gen of its
+    -- earlier life: a ticket from before the expiry matches no later grant,
+    -- so it cannot give back units that grant took.
+    v_tat := 0; v_nb := 0; v_gen := t;
   END IF;
+  v_old_tat := v_tat;
 
   IF op IN ('acquire', 'peek') THEN
     -- The GCRA test for a grant of `cost`.
@@ -64,12 +69,18 @@ BEGIN
     RAISE EXCEPTION 'unknown GCRA operation %', op;
   END IF;
 
+  -- A grant's ticket stands while the TAT is where the grant left it (as
+  -- the in-memory Cells' token, the TAT itself): gen moves only with the
+  -- TAT, so a grant of cost 0 that leaves it in place voids no earlier one.
   IF op <> 'pause' THEN
     v_tat := greatest(v_tat, 0);
-    v_gen := v_gen + 1;
+    IF v_tat <> v_old_tat THEN v_gen := v_gen + 1; END IF;
   END IF;
+  -- The row matters until the TAT plus a whole burst has passed: a settle
+  -- charges extra cells on top of the TAT a grant left (up to the burst),
+  -- which can bring an old TAT back ahead of now.
   INSERT INTO __SCHEMA__.cells AS c (key, tat, nb, gen, expires)
-    VALUES (k, v_tat, v_nb, v_gen, greatest(ceil(v_tat)::bigint, v_nb, t) + 1000000)
+    VALUES (k, v_tat, v_nb, v_gen, greatest(ceil(v_tat + tick * burst)::bigint, v_nb, t) + 1000000)
     ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat, nb = EXCLUDED.nb, gen = EXCLUDED.gen,
       expires = EXCLUDED.expires;
   IF op = 'pause' THEN RETURN ARRAY[1]; END IF;

@@ -14,7 +14,10 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local span = interval * burst
 local stored = redis.call('HMGET', key, 'tat', 'nb', 'gen')
-local tat, nb, gen = tonumber(stored[1]) or 0, tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+-- A key that expired (or never was) starts its gen at now, past every gen
+-- of its earlier life: a ticket from before the expiry matches no later
+-- grant, so it cannot give back units that grant took.
+local tat, nb, gen = tonumber(stored[1]) or 0, tonumber(stored[2]) or 0, tonumber(stored[3]) or now
 
 -- The GCRA test: the TAT a grant of `cost` leaves, or when it would conform.
 local function judge(cost)
@@ -24,14 +27,21 @@ local function judge(cost)
   return true, math.max(tat, now) + weight
 end
 
+-- The state matters until the TAT plus a whole burst has passed: a settle
+-- charges extra cells on top of the TAT a grant left (up to the burst), which
+-- can bring an old TAT back ahead of now.
 local function expire()
-  local ttl = math.max(tat, nb) - now
+  local ttl = math.max(tat + span, nb) - now
   redis.call('PEXPIRE', key, math.ceil(math.max(ttl, 0) / 1000) + 1000)
 end
 
+-- A grant's ticket stands while the TAT is where the grant left it, as the
+-- in-memory Cells' token (the TAT itself) does: gen moves only with the TAT,
+-- so a grant of cost 0 that leaves it in place voids no earlier ticket.
 local function save(new_tat)
-  tat = math.max(new_tat, 0)
-  gen = gen + 1
+  new_tat = math.max(new_tat, 0)
+  if new_tat ~= tat then gen = gen + 1 end
+  tat = new_tat
   redis.call('HSET', key, 'tat', tat, 'gen', gen)
   expire()
 end
