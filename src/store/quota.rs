@@ -416,8 +416,12 @@ pub trait QuotaStore: Send + Sync + 'static {
 
     /// Turns the `from` units granted with `ticket` into `to`: a refund
     /// (`to` = 0) or a settled cost. Units come back only where the
-    /// algorithm allows (a GCRA grant only if nothing was taken since);
-    /// extra units are always charged. Answers the ticket that now stands for
+    /// algorithm allows: a window grant's while its window counts, a GCRA
+    /// grant's only if nothing moved the TAT since (every store keeps a
+    /// generation that moves with it; the in-memory
+    /// [`GcraLimiter`](crate::GcraLimiter) compares the TAT itself, which
+    /// also lets refunds made in the reverse order of their grants through).
+    /// Extra units are always charged. Answers the ticket that now stands for
     /// the grant, or `None` if it can no longer be adjusted down.
     ///
     /// ```

@@ -176,9 +176,21 @@ impl Cells {
         Ok(self.generation)
     }
 
+    /// Moves the TAT; the generation moves with it, so the tickets of
+    /// earlier grants no longer match (a grant of cost 0, which leaves the
+    /// TAT where it was, voids none).
     fn move_tat(&mut self, tat: u64) {
-        self.tat = tat;
-        self.generation = self.generation.wrapping_add(1);
+        if tat != self.tat {
+            self.tat = tat;
+            self.generation = self.generation.wrapping_add(1);
+        }
+    }
+
+    /// When the state stops mattering: once the TAT plus a whole burst has
+    /// passed, since a settle may charge up to a burst on top of the TAT a
+    /// grant left.
+    pub(crate) fn ends(&self) -> u64 {
+        self.tat.saturating_add(self.config.span())
     }
 
     /// A decrease only if nothing moved the TAT since the grant; an

@@ -34,7 +34,7 @@ pub(super) fn save(tx: &Transaction<'_>, name: &str, cells: &Cells) -> rusqlite:
         stored(cells.tat),
         stored(cells.not_before),
         signed(cells.generation),
-        expires(cells.tat, cells.not_before)
+        expires(cells.ends(), cells.not_before)
     ])?;
     Ok(())
 }
