@@ -17,7 +17,7 @@ use crate::quota_status::QuotaStatus;
 /// Each constructor validates like the in-memory limiter of the same
 /// algorithm (it builds one), so a quota that exists is one a store can
 /// enforce. GCRA and the token bucket are the same algorithm configured two
-/// ways (see [`GcraLimiter`]): they share one store script.
+/// ways (see [`GcraLimiter`](crate::GcraLimiter)): they share one store script.
 ///
 /// ```
 /// use std::time::Duration;
@@ -52,7 +52,7 @@ pub(crate) enum QuotaKind {
 
 impl Quota {
     /// GCRA: `count` calls per `period`, evenly spaced, one at a time (raise
-    /// the burst with [`with_burst`](Quota::with_burst)). As [`GcraLimiter::new`].
+    /// the burst with [`with_burst`](Quota::with_burst)). As [`GcraLimiter::new`](crate::GcraLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;
@@ -74,7 +74,7 @@ impl Quota {
     }
 
     /// A token bucket holding up to `capacity` tokens, refilled with
-    /// `refill` tokens per `period`. As [`TokenBucketLimiter::new`].
+    /// `refill` tokens per `period`. As [`TokenBucketLimiter::new`](crate::TokenBucketLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;
@@ -99,7 +99,7 @@ impl Quota {
 
     /// At most `max_executions` per calendar window of `window`, windows
     /// aligned to Unix time (twice the limit can pass around a boundary). As
-    /// [`FixedWindowLimiter::new`].
+    /// [`FixedWindowLimiter::new`](crate::FixedWindowLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;
@@ -122,7 +122,7 @@ impl Quota {
     }
 
     /// At most about `max_executions` per sliding `window`, estimated from
-    /// two window counters. As [`SlidingWindowCounterLimiter::new`].
+    /// two window counters. As [`SlidingWindowCounterLimiter::new`](crate::SlidingWindowCounterLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;

@@ -189,6 +189,7 @@ impl Cells {
     /// When the state stops mattering: once the TAT plus a whole burst has
     /// passed, since a settle may charge up to a burst on top of the TAT a
     /// grant left.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn ends(&self) -> u64 {
         self.tat.saturating_add(self.config.span())
     }
