@@ -82,12 +82,18 @@ impl StartLog {
             return;
         }
         self.units = self.units.saturating_add(units);
-        match self.position(at) {
-            Ok(index) => {
-                let start = &mut self.starts[index];
-                start.units = start.units.saturating_add(units);
-            }
-            Err(index) => self.starts.insert(index, Start { at, units }),
+        // Starts come in time order, but for a settle of an older grant:
+        // at the newest entry or after it, without a search.
+        match self.starts.back_mut() {
+            Some(last) if last.at == at => last.units = last.units.saturating_add(units),
+            Some(last) if last.at > at => match self.position(at) {
+                Ok(index) => {
+                    let start = &mut self.starts[index];
+                    start.units = start.units.saturating_add(units);
+                }
+                Err(index) => self.starts.insert(index, Start { at, units }),
+            },
+            _ => self.starts.push_back(Start { at, units }),
         }
     }
 
@@ -155,6 +161,15 @@ mod tests {
         log.resize(10, 2, 0);
         assert_eq!(log.units, 0);
         assert_eq!(log.in_window(10, 100).count(), 0);
+    }
+
+    #[test]
+    fn starts_added_out_of_order_keep_time_order() {
+        // In order, at the newest instant, then older ones (a settle).
+        let log = log(&[(10, 1), (30, 1), (30, 2), (20, 4), (10, 5), (5, 6)]);
+        let starts: Vec<_> = log.in_window(30, 100).map(|s| (s.at, s.units)).collect();
+        assert_eq!(starts, [(5, 6), (10, 6), (20, 4), (30, 3)]);
+        assert_eq!(log.units, 19);
     }
 
     #[test]
