@@ -13,6 +13,11 @@
 //!   `KeyedLimiter` of GCRA limiters beside governor's keyed limiter, on the
 //!   same keys in the same order.
 //! * `clock`: the time sources, since the clock is most of a decision.
+//! * `observe`: a layer observed (counted, traced, measured) beside the same
+//!   layer unobserved, with no subscriber or recorder installed.
+//! * `threads`: one limiter shared by 1 and 2 OS threads deciding at once,
+//!   beside tokio's `Semaphore` and governor: the slowest thread's time per
+//!   decision.
 //!
 //! Run with `cargo bench --features fast-clock --bench limiters`.
 
@@ -24,6 +29,7 @@ use std::future::{Future, Ready, ready};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
+use std::sync::Barrier;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -311,11 +317,63 @@ fn observe(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `decide` `iterations` times on each of `threads` OS threads, all
+/// started together; the slowest thread's time, so that a decision's time
+/// includes what the threads cost each other on one limiter.
+fn on_threads(threads: usize, iterations: u64, decide: &(impl Fn() + Sync)) -> Duration {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let start = std::time::Instant::now();
+                    (0..iterations).for_each(|_| decide());
+                    start.elapsed()
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("a benchmark thread"))
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+/// One limiter shared by 1 and 2 OS threads deciding at once, beside
+/// tokio's `Semaphore::try_acquire` (for the concurrency limiter) and
+/// governor's `check()` (for GCRA).
+fn threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("threads");
+    for threads in [1, 2] {
+        let semaphore = tokio::sync::Semaphore::new(UNBOUNDED as usize);
+        let take = || drop(black_box(semaphore.try_acquire().expect("room")));
+        group.bench_function(BenchmarkId::new("tokio_semaphore", threads), |b| {
+            b.iter_custom(|iterations| on_threads(threads, iterations, &take))
+        });
+        let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+        group.bench_function(BenchmarkId::new("concurrency", threads), |b| {
+            b.iter_custom(|iterations| on_threads(threads, iterations, &|| admit(&concurrency)))
+        });
+        let quota = governor::Quota::per_second(NonZeroU32::MAX);
+        let governor = governor::RateLimiter::direct(quota);
+        let check = || assert!(black_box(governor.check()).is_ok());
+        group.bench_function(BenchmarkId::new("governor_check", threads), |b| {
+            b.iter_custom(|iterations| on_threads(threads, iterations, &check))
+        });
+        let gcra = gcra(Clock::fast());
+        group.bench_function(BenchmarkId::new("gcra_fast_clock", threads), |b| {
+            b.iter_custom(|iterations| on_threads(threads, iterations, &|| admit(&gcra)))
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = decision, stack, keyed, clock, observe
+    targets = decision, stack, keyed, clock, observe, threads
 }
 criterion_main!(benches);
