@@ -336,6 +336,11 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
     }
 
     /// Charges or gives back the difference, up to the quota's capacity.
+    /// With a store that answers in a task (Redis, PostgreSQL, SQLite), a
+    /// GCRA or token bucket permit keeps the ticket it had: a later refund
+    /// or settle of the same permit then gives nothing back, since the
+    /// store's ticket moved with the first adjustment (never more admitted,
+    /// only fewer units returned).
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;

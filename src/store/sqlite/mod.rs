@@ -37,6 +37,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::{StoreError, StoreErrorKind, WindowDecision};
+use crate::clock::Clock;
 use crate::error::LimiterError;
 
 const BACKEND: &str = "sqlite";
@@ -110,6 +111,8 @@ struct Inner {
     timeout: Duration,
     /// When the last sweep ran (nanoseconds of Unix time).
     last_sweep: AtomicI64,
+    /// The test clock read instead of Unix time, if one was given.
+    clock: Option<Clock>,
 }
 
 /// Configures a [`SqliteStore`]: made by [`SqliteStore::builder`].
@@ -136,6 +139,7 @@ pub struct SqliteStoreBuilder {
     path: PathBuf,
     timeout: Duration,
     connections: u32,
+    clock: Option<Clock>,
 }
 
 impl SqliteStore {
@@ -157,6 +161,7 @@ impl SqliteStore {
             path: path.into(),
             timeout: DEFAULT_TIMEOUT,
             connections: DEFAULT_CONNECTIONS,
+            clock: None,
         }
     }
 
@@ -321,7 +326,7 @@ impl Inner {
         };
         let transacted = (|| {
             let tx = connection.transaction_with_behavior(behavior)?;
-            let now = Now::read();
+            let now = self.now();
             if mode == Mode::Write && self.sweep_due(now) {
                 schema::sweep(&tx, now)?;
             }
@@ -351,6 +356,13 @@ impl Inner {
     }
 
     /// Whether a sweep is due at `now`; if so, claims it.
+    /// The store's time: the system's Unix time, or the test clock's.
+    fn now(&self) -> Now {
+        self.clock
+            .as_ref()
+            .map_or_else(Now::read, |clock| Now(stored(clock.now_nanos())))
+    }
+
     fn sweep_due(&self, now: Now) -> bool {
         let last = self.last_sweep.load(Ordering::Relaxed);
         now.0.saturating_sub(last) >= schema::SWEEP_EVERY
@@ -444,6 +456,39 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Reads the store's time from `clock`, counted from the clock's epoch,
+    /// instead of the system's Unix time: for tests in one process, where
+    /// [`Clock::tokio`] under `tokio::time::pause` then drives the store's
+    /// windows, pauses and expiry. Processes sharing a file must all read
+    /// the same time, which only the default (Unix time) gives them; and a
+    /// file written under one clock means nothing under another.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{Quota, SqliteStore};
+    /// use tower_limits::{Clock, Limiter, SharedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = SqliteStore::builder(dir.path().join("test.db"))
+    ///     .clock(Clock::tokio())
+    ///     .open()
+    ///     .await?;
+    /// let limiter = SharedLimiter::new(store, "api", Quota::gcra(1, Duration::from_secs(60))?);
+    /// assert!(limiter.can_proceed().await?);
+    /// limiter.record_start().await?;
+    /// assert!(!limiter.can_proceed().await?);
+    /// tokio::time::advance(Duration::from_secs(60)).await; // no real waiting
+    /// assert!(limiter.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Opens the file (creating it if missing), puts it in WAL mode and
     /// creates the tables if they are missing, failing if the file cannot
     /// be used now.
@@ -460,16 +505,19 @@ impl SqliteStoreBuilder {
     /// # }
     /// ```
     pub async fn open(self) -> Result<SqliteStore, StoreError> {
+        let mut inner = Inner {
+            path: self.path,
+            idle: Mutex::default(),
+            connections: Arc::new(Semaphore::new(self.connections as usize)),
+            writer: Arc::new(Semaphore::new(1)),
+            timeout: self.timeout,
+            clock: self.clock,
+            last_sweep: AtomicI64::new(0),
+        };
+        // The first sweep is due a sweep interval after opening.
+        inner.last_sweep = AtomicI64::new(inner.now().0);
         let store = SqliteStore {
-            inner: Arc::new(Inner {
-                path: self.path,
-                idle: Mutex::default(),
-                connections: Arc::new(Semaphore::new(self.connections as usize)),
-                writer: Arc::new(Semaphore::new(1)),
-                timeout: self.timeout,
-                // The first sweep is due a sweep interval after opening.
-                last_sweep: AtomicI64::new(Now::read().0),
-            }),
+            inner: Arc::new(inner),
         };
         store.transact(Mode::Write, schema::create).await?;
         Ok(store)
