@@ -37,9 +37,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::store::MemoryStore;
 use tower_limits::{
-    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter,
-    KeyedLimiter, LeakyBucketLimiter, Limiter, RateLimitLayer, RateLimiter,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
+    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, FixedWindowLimiter,
+    GcraLimitLayer, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, Limiter, RateLimitLayer,
+    RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.
@@ -250,6 +250,14 @@ fn stack(c: &mut Criterion) {
     let mut ours_rate = RateLimitLayer::new(sliding_window(Clock::fast())).layer(Noop);
     group.bench_function("ours_rate_fast_clock", |b| {
         b.iter(|| ready_call(&mut ours_rate))
+    });
+    // GCRA as the rate: one atomic word, where the sliding log above keeps
+    // every start of its window.
+    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+    let mut ours_gcra = ConcurrencyLimitLayer::new(concurrency)
+        .layer(GcraLimitLayer::new(gcra(Clock::fast())).layer(Noop));
+    group.bench_function("ours_concurrency_gcra_fast_clock", |b| {
+        b.iter(|| ready_call(&mut ours_gcra))
     });
     group.finish();
 }
