@@ -516,12 +516,12 @@ async fn outcomes(config: &Config, limiter: Arc<dyn Limiter>, steps: &[Step]) ->
 
 /// Waits until the tasks a store-backed limiter spawned (a settle or
 /// refund it sends on its own) have finished, so the next step sees them.
-/// Time stays paused: a blocking task holds tokio's clock still.
+/// Each turn hands the runtime to those tasks behind a no-op blocking task,
+/// which also holds tokio's paused clock still meanwhile.
 async fn background_done() {
     let metrics = tokio::runtime::Handle::current().metrics();
     while metrics.num_alive_tasks() > 0 {
-        let nap = || std::thread::sleep(Duration::from_micros(100));
-        tokio::task::spawn_blocking(nap).await.unwrap();
+        tokio::task::spawn_blocking(|| ()).await.unwrap();
     }
 }
 
