@@ -4,7 +4,9 @@
 //!   beside `governor`'s `check()` (GCRA, TSC clock); `gcra_*` and
 //!   `token_bucket_*` run the same algorithm with the same quota, through
 //!   the `Limiter` trait (a `Permit` per grant) and through the plain
-//!   `check()` that, like governor's, hands out nothing.
+//!   `check()` that, like governor's, hands out nothing. `*_default_clock`
+//!   is the configuration a user gets without naming a clock, beside
+//!   governor's default (both read the CPU's counter through quanta).
 //! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
 //!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
 //!   bare service. Futures are polled by hand with a no-op waker, so no
@@ -19,7 +21,7 @@
 //!   beside tokio's `Semaphore` and governor: the slowest thread's time per
 //!   decision.
 //!
-//! Run with `cargo bench --features fast-clock --bench limiters`.
+//! Run with `cargo bench --bench limiters`.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
@@ -60,10 +62,15 @@ fn sliding_window(clock: Clock) -> RateLimiter {
 const CELLS_PER_SECOND: u32 = 1_000_000_000;
 
 fn gcra(clock: Clock) -> GcraLimiter {
+    gcra_default().with_clock(clock)
+}
+
+/// [`gcra`] with the default configuration's clock (the fast clock, since
+/// no paused runtime is around).
+fn gcra_default() -> GcraLimiter {
     GcraLimiter::new(CELLS_PER_SECOND, Duration::from_secs(1))
         .and_then(|limiter| limiter.with_burst(CELLS_PER_SECOND))
         .expect("valid configuration")
-        .with_clock(clock)
 }
 
 fn token_bucket(clock: Clock) -> TokenBucketLimiter {
@@ -137,6 +144,8 @@ fn decision(c: &mut Criterion) {
     group.bench_function("concurrency", |b| b.iter(|| admit(&concurrency)));
     let gcra_fast = gcra(Clock::fast());
     group.bench_function("gcra_fast_clock", |b| b.iter(|| admit(&gcra_fast)));
+    let gcra_default = gcra_default();
+    group.bench_function("gcra_default_clock", |b| b.iter(|| admit(&gcra_default)));
     let gcra_tokio = gcra(Clock::tokio());
     group.bench_function("gcra_tokio_clock", |b| b.iter(|| admit(&gcra_tokio)));
     let bucket_fast = token_bucket(Clock::fast());

@@ -6,26 +6,52 @@
 //!
 //! Two sources are offered:
 //!
-//! * [`Clock::tokio`] (the default) reads [`tokio::time::Instant::now`], so
+//! * [`Clock::fast`] reads the CPU's time-stamp counter through `quanta`
+//!   with the `fast-clock` cargo feature (on by default), about twice as
+//!   cheap as the system clock on a typical virtual machine; without the
+//!   feature, the system's monotonic clock. It does not follow paused tokio
+//!   time.
+//! * [`Clock::tokio`] reads [`tokio::time::Instant::now`], so
 //!   [`tokio::time::pause`] and [`tokio::time::advance`] drive the limiter in
 //!   tests exactly as they drive timers.
-//! * [`Clock::fast`] reads the CPU's time-stamp counter through `quanta`
-//!   with the `fast-clock` cargo feature, about twice as cheap as the
-//!   system clock on a typical virtual machine (without the feature, the
-//!   system's monotonic clock). Use it where a decision's cost matters; it
-//!   does not follow paused tokio time.
+//!
+//! # The default: fast, except under paused time
+//!
+//! [`Clock::default`], which every limiter's constructor uses, picks the
+//! source where the limiter is built: [`Clock::tokio`] if it is built inside
+//! a tokio runtime whose clock is paused (a test under
+//! `#[tokio::test(start_paused = true)]` or after `tokio::time::pause()`),
+//! [`Clock::fast`] otherwise. Production code gets governor's kind of clock
+//! (governor reads quanta by default too), and paused-time tests keep
+//! driving limiters without naming a clock.
+//!
+//! The trade-off: the choice is made once, when the limiter is built. A
+//! limiter built **before** time is paused (outside the runtime, or before
+//! the test calls `pause()`) reads the real clock and ignores
+//! `tokio::time::advance`. Build it after pausing, or pass
+//! [`Clock::tokio`] (`with_clock`, or `.clock(...)` on a builder).
 //!
 //! # Example
 //!
 //! ```
-//! use tower_limits::{Clock, DelayLimiter};
 //! use std::time::Duration;
+//! use tower_limits::{Clock, DelayLimiter, Limiter};
 //!
-//! # fn main() -> Result<(), tower_limits::error::ConfigError> {
-//! // Production: the cheap clock.
-//! let limiter = DelayLimiter::new(Duration::from_millis(100))?.with_clock(Clock::fast());
-//! assert_eq!(limiter.delay(), Duration::from_millis(100));
-//! # Ok(())
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Built before the runtime pauses time: name tokio's clock so the test
+//! // can drive it.
+//! let limiter = DelayLimiter::new(Duration::from_secs(60))?.with_clock(Clock::tokio());
+//! let runtime = tokio::runtime::Builder::new_current_thread()
+//!     .enable_time()
+//!     .start_paused(true)
+//!     .build()?;
+//! runtime.block_on(async {
+//!     limiter.record_start().await?;
+//!     assert!(!limiter.can_proceed().await?);
+//!     tokio::time::advance(Duration::from_secs(60)).await; // no real minute passes
+//!     assert!(limiter.can_proceed().await?);
+//!     Ok(())
+//! })
 //! # }
 //! ```
 //!
@@ -87,7 +113,8 @@ mod counter {
 
 /// A monotonic time source, cheap to clone; see the [module docs](self).
 ///
-/// The default is [`Clock::tokio`], so limiters follow paused tokio time:
+/// The default is [`Clock::fast`], or [`Clock::tokio`] where it is made under
+/// paused tokio time, so limiters built in a paused test follow it:
 ///
 /// ```
 /// use std::time::Duration;
@@ -120,9 +147,43 @@ enum Source {
 }
 
 impl Default for Clock {
+    /// [`Clock::tokio`] inside a tokio runtime whose clock is paused,
+    /// [`Clock::fast`] everywhere else; see the [module docs](self).
+    ///
+    /// ```
+    /// use tower_limits::Clock;
+    ///
+    /// // Outside a paused runtime: the fast clock, which real time moves.
+    /// let clock = Clock::default();
+    /// let before = clock.now();
+    /// std::thread::sleep(std::time::Duration::from_millis(1));
+    /// assert!(clock.now() > before);
+    /// ```
     fn default() -> Self {
-        Self::tokio()
+        if tokio_time_is_paused() {
+            Self::tokio()
+        } else {
+            Self::fast()
+        }
     }
+}
+
+/// Whether tokio's clock is paused here: it stands still while the system's
+/// clock moves. Outside a runtime, and without tokio's `test-util`, tokio's
+/// clock is the system's, so this is false.
+fn tokio_time_is_paused() -> bool {
+    /// More reads than any system clock needs to tick (its resolution is a
+    /// nanosecond on Linux, 100 ns on Windows).
+    const READS: u32 = 1_000_000;
+    if tokio::runtime::Handle::try_current().is_err() {
+        return false;
+    }
+    let tokio_before = Instant::now();
+    let system_before = std::time::Instant::now();
+    let ticked = (0..READS).any(|_| std::time::Instant::now() > system_before);
+    // A system clock that never ticked proves nothing: follow tokio's,
+    // which is right in a test and merely slower elsewhere.
+    !ticked || Instant::now() == tokio_before
 }
 
 impl Clock {
@@ -222,6 +283,25 @@ pub(crate) fn duration_nanos(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_follows_paused_time() {
+        let clock = Clock::default();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), Instant::now());
+    }
+
+    #[tokio::test]
+    async fn the_default_is_fast_where_time_runs() {
+        assert!(matches!(Clock::default().source, Source::Counter { .. }));
+        tokio::time::pause();
+        assert!(matches!(Clock::default().source, Source::Tokio));
+    }
+
+    #[test]
+    fn the_default_is_fast_outside_a_runtime() {
+        assert!(matches!(Clock::default().source, Source::Counter { .. }));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn tokio_clock_round_trips_instants() {

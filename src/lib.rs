@@ -70,7 +70,7 @@
 //!
 //! # Cargo features
 //!
-//! Nothing is on by default.
+//! Only `fast-clock` is on by default.
 //!
 //! | Feature | What it adds |
 //! |---|---|
@@ -78,7 +78,7 @@
 //! | `http` | the `http` module: upstream feedback, retries, `429` answers, permits held by bodies |
 //! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
 //! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
-//! | `fast-clock` | [`Clock::fast`] reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
+//! | `fast-clock` (default) | [`Clock::fast`], the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
 //! | `metrics` | counters, a histogram and a gauge of observed layers through the `metrics` facade |
 //! | `redis` | `store::RedisStore` |
 //! | `redis-cluster` | `redis`, and Redis Cluster for `store::RedisStore` |
