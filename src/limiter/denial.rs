@@ -71,6 +71,13 @@ pub enum Admission {
 /// ends, so a caller that gives up holds nothing.
 #[derive(Debug)]
 pub struct Denial {
+    /// Boxed, so that an [`Admission`] is the size of a [`Permit`](super::Permit): grants,
+    /// the hot path, move fewer bytes through the layers.
+    inner: Box<DenialInner>,
+}
+
+#[derive(Debug)]
+struct DenialInner {
     retry_at: Option<Instant>,
     released: Option<ReleaseListener>,
     booking: Option<Booking>,
@@ -121,10 +128,16 @@ impl Denial {
     /// assert_eq!(Denial::until(at).retry_at(), Some(at));
     /// ```
     pub fn until(at: Instant) -> Self {
+        Self::new(Some(at), None)
+    }
+
+    fn new(retry_at: Option<Instant>, released: Option<ReleaseListener>) -> Self {
         Self {
-            retry_at: Some(at),
-            released: None,
-            booking: None,
+            inner: Box::new(DenialInner {
+                retry_at,
+                released,
+                booking: None,
+            }),
         }
     }
 
@@ -139,11 +152,7 @@ impl Denial {
     /// assert_eq!(denial.retry_at(), None);
     /// ```
     pub fn until_released(listener: ReleaseListener) -> Self {
-        Self {
-            retry_at: None,
-            released: Some(listener),
-            booking: None,
-        }
+        Self::new(None, Some(listener))
     }
 
     /// Also ends the wait when the event behind `listener` fires, for a
@@ -164,23 +173,19 @@ impl Denial {
     /// # }
     /// ```
     pub fn or_released(mut self, listener: ReleaseListener) -> Self {
-        self.released = Some(listener);
+        self.inner.released = Some(listener);
         self
     }
 
     /// The same denial, holding `booking` until it is dropped or waited out.
     pub(crate) fn holding(mut self, booking: Booking) -> Self {
-        self.booking = Some(booking);
+        self.inner.booking = Some(booking);
         self
     }
 
     /// A denial that [`ReleaseEvent::decide`] completes with a listener.
     pub(crate) fn until_release() -> Self {
-        Self {
-            retry_at: None,
-            released: None,
-            booking: None,
-        }
+        Self::new(None, None)
     }
 
     /// The instant named by the limiter; `None` when the caller must wait for
@@ -206,7 +211,7 @@ impl Denial {
     /// # }
     /// ```
     pub fn retry_at(&self) -> Option<Instant> {
-        self.retry_at
+        self.inner.retry_at
     }
 
     /// Waits until the call may be retried: the named instant, or the release
@@ -227,11 +232,11 @@ impl Denial {
     /// ```
     pub async fn wait(self) {
         // The booking stays held until the wait is over.
-        let Self {
+        let DenialInner {
             retry_at,
             released,
             booking: _booking,
-        } = self;
+        } = *self.inner;
         match (retry_at, released) {
             (Some(at), Some(mut released)) => {
                 // Whichever comes first: the instant, or the release.
