@@ -24,6 +24,11 @@
 //! * SQLite: one `BEGIN IMMEDIATE` transaction per call on a file in a
 //!   temporary directory, 1 and 4 callers over 4 connections. Needs nothing.
 //!
+//! Each count of callers runs twice: the store's own decisions, and the
+//! same decisions as calls through a `LimitLayer` on a `SharedLimiter`
+//! (`_through_layer`), each caller with its own clone of the service, as a
+//! server's connections hold them.
+//!
 //! A store whose URL is not set is skipped, with a line saying so. Run with
 //! `cargo bench --all-features --bench stores`.
 
@@ -35,9 +40,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
+use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_limits::store::{
     PostgresStore, Quota, QuotaStore, RateLimiterStore, RedisStore, SqliteStore,
 };
+use tower_limits::{LimitLayer, SharedLimiter};
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -80,7 +87,39 @@ async fn decide_concurrently<S: QuotaStore + Clone>(
     start.elapsed()
 }
 
-/// The benchmark group `{name}_gcra_decision`: one run per count of callers.
+/// `iterations` calls made by `callers` tasks at once, each through its own
+/// clone of one service limited by a [`SharedLimiter`] on `store`: what a
+/// user's stack costs beside the bare decisions of [`decide_concurrently`].
+async fn call_concurrently<S: QuotaStore + Clone>(
+    store: &S,
+    callers: u64,
+    iterations: u64,
+) -> Duration {
+    let limiter = SharedLimiter::new(store.clone(), "bench", quota());
+    let service = LimitLayer::new(limiter).layer(service_fn(|()| async {
+        Ok::<_, std::convert::Infallible>(())
+    }));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let mut service = service.clone();
+            let share = iterations / callers + u64::from(caller < iterations % callers);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    service.ready().await.unwrap().call(()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// The benchmark group `{name}_gcra_decision`: one run per count of callers,
+/// of the store's own decisions (`N_callers`) and of calls through a
+/// limited service (`N_callers_through_layer`).
 fn bench_store<S: QuotaStore + Clone>(
     c: &mut Criterion,
     runtime: &Runtime,
@@ -94,6 +133,11 @@ fn bench_store<S: QuotaStore + Clone>(
         group.bench_function(format!("{callers}_callers"), |b| {
             b.iter_custom(|iterations| {
                 runtime.block_on(decide_concurrently(store, callers, iterations))
+            });
+        });
+        group.bench_function(format!("{callers}_callers_through_layer"), |b| {
+            b.iter_custom(|iterations| {
+                runtime.block_on(call_concurrently(store, callers, iterations))
             });
         });
     }
