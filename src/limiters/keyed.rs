@@ -4,11 +4,13 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::HashTable;
 
+use super::cell::InlineState;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limiter::{Admission, Limiter, LimiterFuture};
@@ -119,12 +121,19 @@ type Make<K, L> = dyn Fn(&K) -> L + Send + Sync;
 
 struct KeyedInner<K, L> {
     make: Box<Make<K, L>>,
-    shards: Box<[Mutex<Shard<K, L>>]>,
+    /// How keys are kept inline, for a template that has an inline form.
+    inline: Option<InlineState<L>>,
+    shards: Box<[ShardLock<K, L>]>,
     keys_per_shard: usize,
     idle_timeout: u64,
     hasher: RandomState,
     clock: Clock,
 }
+
+/// A shard behind its lock, on cache lines of its own, so that threads
+/// on different shards do not slow each other down.
+#[repr(align(128))]
+struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
 /// One lock's share of the keys. The key's hash, computed once per call,
 /// picks the shard and finds the entry within it.
@@ -152,16 +161,30 @@ struct Checkpoint {
 /// the one before it: 32 span about two timeouts.
 const CHECKPOINTS: usize = 32;
 
+/// A key and its state: small, so that a lookup touches one cache line
+/// (the hash is computed again when the table grows, rather than kept).
+/// Aligned to its size for small keys (32 bytes with a `u64` key and a
+/// GCRA state), so that no entry straddles two cache lines.
+#[repr(align(32))]
 struct Entry<K, L> {
     key: K,
-    /// The key's hash, kept so that growing the table rehashes nothing.
-    hash: u64,
-    limiter: L,
-    /// The key's line of waiting callers, made for the first caller of
-    /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
-    queue: Option<Arc<Queue>>,
     /// The shard's use count at the key's latest use.
     last_used: u64,
+    slot: Slot<L>,
+}
+
+/// A key's state.
+enum Slot<L> {
+    /// The state of a template's [`InlineState`] (a TAT), while no handle to
+    /// the key's limiter is held: decided on in place.
+    Inline(u64),
+    /// The key's limiter.
+    Limiter {
+        limiter: L,
+        /// The key's line of waiting callers, made for the first caller of
+        /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
+        queue: Option<Arc<Queue>>,
+    },
 }
 
 impl<K, L> Clone for KeyedLimiter<K, L> {
@@ -194,11 +217,22 @@ where
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// Where the template has an [inline form](FreshLimiter::inline_state)
+    /// ([`GcraLimiter`](crate::GcraLimiter),
+    /// [`TokenBucketLimiter`](crate::TokenBucketLimiter)), a key's state is
+    /// kept beside the key in the map, and a decision on it takes no
+    /// allocation and no pointer chase: the same decisions, faster (see
+    /// [`InlineState`]).
     pub fn of(template: L) -> KeyedLimiterBuilder<K, L>
     where
         L: FreshLimiter,
     {
-        Self::builder(move |_| template.fresh())
+        let inline = template.inline_state();
+        KeyedLimiterBuilder {
+            inline,
+            ..Self::builder(move |_| template.fresh())
+        }
     }
 
     /// Starts building a keyed limiter whose per-key limiters `make` creates.
@@ -218,6 +252,7 @@ where
     pub fn builder(make: impl Fn(&K) -> L + Send + Sync + 'static) -> KeyedLimiterBuilder<K, L> {
         KeyedLimiterBuilder {
             make: Box::new(make),
+            inline: None,
             max_keys: DEFAULT_MAX_KEYS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             clock: Clock::default(),
@@ -252,34 +287,45 @@ where
     /// # }
     /// ```
     pub fn limiter(&self, key: &K) -> Result<L, KeysFull> {
-        self.with_entry(key, |entry| entry.limiter.clone())
+        self.with_entry(key, |slot, inline| slot.made(inline).0.clone())
     }
 
     /// `key`'s limiter and its queue of waiting callers.
     pub(crate) fn lane(&self, key: &K) -> Result<(L, Arc<Queue>), KeysFull> {
-        self.with_entry(key, |entry| {
-            let queue = entry.queue.get_or_insert_default();
-            (entry.limiter.clone(), Arc::clone(queue))
+        self.with_entry(key, |slot, inline| {
+            let (limiter, queue) = slot.made(inline);
+            (limiter.clone(), Arc::clone(queue.get_or_insert_default()))
         })
     }
 
-    /// Runs `use_entry` on `key`'s entry, made now if the key is new, under
+    /// Runs `use_slot` on `key`'s state, made now if the key is new, under
     /// its shard's lock; [`KeysFull`] if a new key finds no room.
     #[inline]
     fn with_entry<T>(
         &self,
         key: &K,
-        use_entry: impl FnOnce(&mut Entry<K, L>) -> T,
+        use_slot: impl FnOnce(&mut Slot<L>, Option<&InlineState<L>>) -> T,
+    ) -> Result<T, KeysFull> {
+        self.with_hashed_entry(self.inner.hasher.hash_one(key), key, use_slot)
+    }
+
+    /// [`with_entry`](Self::with_entry) for a key whose hash is known.
+    #[inline]
+    fn with_hashed_entry<T>(
+        &self,
+        hash: u64,
+        key: &K,
+        use_slot: impl FnOnce(&mut Slot<L>, Option<&InlineState<L>>) -> T,
     ) -> Result<T, KeysFull> {
         let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
+        let inline = inner.inline.as_ref();
         let mut guard = inner.shard(hash);
         let shard = &mut *guard;
         shard.uses += 1;
         let stamp = shard.uses;
         if let Some(entry) = shard.find_mut(hash, key) {
             entry.last_used = stamp;
-            return Ok(use_entry(entry));
+            return Ok(use_slot(&mut entry.slot, inline));
         }
         let now = inner.clock.now_nanos();
         shard.checkpoint(now, inner.idle_timeout);
@@ -287,15 +333,21 @@ where
         {
             return Err(KeysFull::new(inner.keys_per_shard));
         }
+        let slot = match inline {
+            Some(_) => Slot::Inline(InlineState::<L>::FRESH),
+            None => Slot::Limiter {
+                limiter: (inner.make)(key),
+                queue: None,
+            },
+        };
         let entry = Entry {
             key: key.clone(),
-            hash,
-            limiter: (inner.make)(key),
-            queue: None,
             last_used: stamp,
+            slot,
         };
-        let entry = shard.entries.insert_unique(hash, entry, |entry| entry.hash);
-        Ok(use_entry(entry.into_mut()))
+        let rehash = |entry: &Entry<K, L>| inner.hasher.hash_one(&entry.key);
+        let entry = shard.entries.insert_unique(hash, entry, rehash);
+        Ok(use_slot(&mut entry.into_mut().slot, inline))
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
@@ -342,15 +394,18 @@ where
         key: &K,
         cost: u32,
     ) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
+        let hash = self.inner.hasher.hash_one(key);
+        if let Some(inline) = &self.inner.inline
+            && let Some(admission) = self.try_inline(inline, hash, key, cost)
+        {
+            return LimiterFuture::ready(Ok(admission));
+        }
         // In-memory limiters decide under the shard's lock, without a clone;
         // a limiter that answers later gets a clone to own its future (the
         // pending one is dropped unpolled and made again).
-        let answer = self.with_entry(key, |entry| {
-            entry
-                .limiter
-                .try_acquire_many(cost)
-                .into_ready()
-                .map_err(|_| entry.limiter.clone())
+        let answer = self.with_hashed_entry(hash, key, |slot, inline| match (slot, inline) {
+            (Slot::Inline(tat), Some(inline)) => Ok(inline.admit(tat, cost)),
+            (slot, inline) => slot.try_acquire_many(inline, cost),
         });
         match answer {
             Ok(Ok(answer)) => LimiterFuture::ready(answer),
@@ -359,6 +414,37 @@ where
             }
             Err(full) => LimiterFuture::ready(Err(LimiterError::new(full))),
         }
+    }
+
+    /// The hot path: a known key kept inline, a cost within the burst.
+    /// The decision under the lock is a few plain operations on the
+    /// entry; the clock is read before the lock and the admission made
+    /// after it. `None` for anything else (a new key, a key with a
+    /// limiter), which takes the general path.
+    #[inline(always)]
+    fn try_inline(
+        &self,
+        inline: &InlineState<L>,
+        hash: u64,
+        key: &K,
+        cost: u32,
+    ) -> Option<Admission> {
+        if !inline.fits(cost) {
+            return None;
+        }
+        let now = inline.now();
+        let decision = {
+            let mut guard = self.inner.shard(hash);
+            let shard = &mut *guard;
+            let entry = shard.entries.find_mut(hash, |entry| entry.key == *key)?;
+            let Slot::Inline(tat) = &mut entry.slot else {
+                return None;
+            };
+            shard.uses += 1;
+            entry.last_used = shard.uses;
+            inline.decide(now, tat, cost)
+        };
+        Some(inline.admission(decision, cost))
     }
 
     /// How many keys are held now (at most the configured maximum).
@@ -379,7 +465,7 @@ where
         self.inner
             .shards
             .iter()
-            .map(|shard| lock(shard).entries.len())
+            .map(|shard| lock(&shard.0).entries.len())
             .sum()
     }
 
@@ -436,7 +522,7 @@ where
             .shards
             .iter()
             .map(|shard| {
-                let mut shard = lock(shard);
+                let mut shard = lock(&shard.0);
                 shard.checkpoint(now, inner.idle_timeout);
                 shard.evict_idle(now, inner.idle_timeout)
             })
@@ -451,10 +537,13 @@ fn lock<K, L>(shard: &Mutex<Shard<K, L>>) -> MutexGuard<'_, Shard<K, L>> {
 
 impl<K, L> KeyedInner<K, L> {
     /// The shard of a key with this hash. It takes bits the table uses
-    /// for neither the bucket (the low bits) nor the tag (the top seven).
+    /// for neither the bucket (the low bits) nor the tag (the top seven),
+    /// and maps them onto the shards by a multiplication, not a division.
+    #[inline]
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L>> {
-        let index = (hash >> 40) as usize % self.shards.len();
-        lock(&self.shards[index])
+        let bits = (hash >> 25) & u64::from(u32::MAX);
+        let index = (bits * self.shards.len() as u64) >> 32;
+        lock(&self.shards[index as usize].0)
     }
 }
 
@@ -462,11 +551,67 @@ impl<K, L: Limiter> Entry<K, L> {
     /// Whether forgetting the key would lose something a fresh limiter
     /// cannot know: a running call, a waiting caller, a held handle.
     fn is_in_use(&self) -> bool {
-        let waited_on = self
-            .queue
-            .as_ref()
-            .is_some_and(|queue| Arc::strong_count(queue) > 1);
-        waited_on || self.limiter.is_in_use()
+        self.slot.is_in_use()
+    }
+}
+
+impl<L: Limiter> Slot<L> {
+    /// Whether anything outside the map holds on to the key's state: a
+    /// running call, a waiting caller, a handle.
+    fn is_in_use(&self) -> bool {
+        match self {
+            Slot::Inline(_) => false,
+            Slot::Limiter { limiter, queue } => {
+                let waited_on = queue
+                    .as_ref()
+                    .is_some_and(|queue| Arc::strong_count(queue) > 1);
+                waited_on || limiter.is_in_use()
+            }
+        }
+    }
+
+    /// Decides on the key's limiter, or on its TAT inline if the limiter
+    /// can go back to one: nothing holds it, and its state is a TAT under
+    /// the template's configuration. A limiter that answers later is
+    /// cloned, to own its future.
+    #[inline(never)]
+    fn try_acquire_many(
+        &mut self,
+        inline: Option<&InlineState<L>>,
+        cost: u32,
+    ) -> Result<Result<Admission, LimiterError>, L>
+    where
+        L: Clone,
+    {
+        if let (Slot::Limiter { limiter, .. }, Some(inline)) = (&*self, inline)
+            && !self.is_in_use()
+        {
+            // The last handle let go (a release); its writes are seen here.
+            fence(Ordering::Acquire);
+            if let Some(mut tat) = inline.tat_of(limiter) {
+                let answer = inline.admit(&mut tat, cost);
+                *self = Slot::Inline(tat);
+                return Ok(answer);
+            }
+        }
+        let (limiter, _) = self.made(inline);
+        let answer = limiter.try_acquire_many(cost).into_ready();
+        answer.map_err(|_| limiter.clone())
+    }
+
+    /// The key's limiter and queue, made from its inline state if need be.
+    fn made(&mut self, inline: Option<&InlineState<L>>) -> (&mut L, &mut Option<Arc<Queue>>) {
+        if let (Slot::Inline(tat), Some(inline)) = (&*self, inline) {
+            let limiter = inline.limiter(*tat);
+            *self = Slot::Limiter {
+                limiter,
+                queue: None,
+            };
+        }
+        match self {
+            Slot::Limiter { limiter, queue } => (limiter, queue),
+            Slot::Inline(_) => unreachable!("an inline slot has an inline form"),
+        }
     }
 }
 
@@ -598,6 +743,25 @@ pub trait FreshLimiter: Limiter + Sized {
     /// A limiter with this one's configuration (and clock) and a state of
     /// its own, as new.
     fn fresh(&self) -> Self;
+
+    /// How a [`KeyedLimiter`] made [`of`](KeyedLimiter::of) this template
+    /// may keep a key's state in its own map: `None` (the default) keeps a
+    /// limiter per key; the crate's limiters whose state is one number
+    /// have an [`InlineState`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{FreshLimiter, GcraLimiter, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// assert!(GcraLimiter::new(5, Duration::from_secs(1))?.inline_state().is_some());
+    /// assert!(NullLimiter.inline_state().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn inline_state(&self) -> Option<InlineState<Self>> {
+        None
+    }
 }
 
 /// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`]
@@ -620,6 +784,7 @@ pub trait FreshLimiter: Limiter + Sized {
 #[must_use = "call `build` to get a keyed limiter"]
 pub struct KeyedLimiterBuilder<K, L> {
     make: Box<Make<K, L>>,
+    inline: Option<InlineState<L>>,
     max_keys: usize,
     idle_timeout: Duration,
     clock: Clock,
@@ -729,13 +894,14 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
         Ok(KeyedLimiter {
             inner: Arc::new(KeyedInner {
                 make: self.make,
+                inline: self.inline,
                 shards: (0..shards)
                     .map(|_| {
-                        Mutex::new(Shard {
+                        ShardLock(Mutex::new(Shard {
                             entries: HashTable::new(),
                             uses: 0,
                             checkpoints: VecDeque::with_capacity(CHECKPOINTS),
-                        })
+                        }))
                     })
                     .collect(),
                 keys_per_shard,
@@ -786,7 +952,7 @@ mod tests {
     fn holds(keyed: &KeyedLimiter<u8, NullLimiter>, key: u8) -> bool {
         let shards = keyed.inner.shards.iter();
         shards
-            .map(lock)
+            .map(|shard| lock(&shard.0))
             .any(|shard| shard.entries.iter().any(|entry| entry.key == key))
     }
 
