@@ -257,3 +257,61 @@ async fn a_key_keeps_its_state_in_and_out_of_line() {
     ));
     assert_eq!(keyed.len(), 1);
 }
+
+/// A full shard forgets the inline key whose bucket has been full the
+/// longest (the least recently used, when calls cost alike) and keeps the
+/// others' state.
+#[tokio::test(start_paused = true)]
+async fn a_full_map_forgets_the_fullest_bucket_first() {
+    let template = GcraLimiter::new(1, Duration::from_secs(1)).unwrap();
+    let keyed = KeyedLimiter::of(template).max_keys(4).build().unwrap();
+    for key in ["a", "b", "c", "d"] {
+        assert!(matches!(
+            keyed.try_acquire(&key).await.unwrap(),
+            Admission::Granted(_)
+        ));
+        advance(Duration::from_millis(1)).await;
+    }
+    assert!(matches!(
+        keyed.try_acquire(&"e").await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert_eq!(keyed.len(), 4);
+    assert!(
+        matches!(keyed.try_acquire(&"d").await.unwrap(), Admission::Denied(_)),
+        "d kept its state"
+    );
+    assert!(
+        matches!(
+            keyed.try_acquire(&"a").await.unwrap(),
+            Admission::Granted(_)
+        ),
+        "a forgotten: fresh"
+    );
+}
+
+/// A key with a handle held is never forgotten, even when the shard is full
+/// of inline keys; a new key is refused only when every key is in use.
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_handle_is_held_is_kept_among_inline_keys() {
+    let template = GcraLimiter::new(1, Duration::from_secs(1)).unwrap();
+    let keyed = KeyedLimiter::of(template).max_keys(2).build().unwrap();
+    let held = keyed.limiter(&0).unwrap();
+    drop(held.try_acquire().await.unwrap());
+    for key in 1..10 {
+        drop(keyed.try_acquire(&key).await.unwrap()); // a flood of inline keys
+    }
+    assert!(keyed.len() <= 2);
+    assert!(
+        matches!(keyed.try_acquire(&0).await.unwrap(), Admission::Denied(_)),
+        "key 0 kept its state"
+    );
+    let other = keyed.limiter(&9).unwrap();
+    let full = keyed.try_acquire(&10).await.unwrap_err();
+    assert!(
+        full.get_ref()
+            .downcast_ref::<tower_limits::error::KeysFull>()
+            .is_some()
+    );
+    drop((held, other));
+}

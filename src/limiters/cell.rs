@@ -238,14 +238,7 @@ impl Cells {
     pub(super) fn quota_status(&self) -> QuotaStatus {
         let config = self.config();
         let (now, not_before, tat) = self.read();
-        let blocked = |cost| judge(config, now, not_before, tat, cost).err();
-        let (remaining, at) = search(config.burst(), blocked);
-        QuotaStatus::new(
-            u64::from(config.burst()),
-            Duration::from_nanos(config.span()),
-            u64::from(remaining),
-            at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
-        )
+        quota_status(config, now, not_before, tat)
     }
 
     /// The denial a call costing `cost` would get now, if any.
@@ -478,6 +471,13 @@ impl<L> InlineState<L> {
         }
     }
 
+    /// [`Limiter::quota_status`](crate::Limiter::quota_status) of a key
+    /// whose state is `tat`, read in place.
+    #[cfg(feature = "http")]
+    pub(crate) fn quota_status(&self, tat: u64) -> QuotaStatus {
+        quota_status(self.config, self.now(), 0, tat)
+    }
+
     /// The limiter of a key whose state is `tat`.
     pub(crate) fn limiter(&self, tat: u64) -> L {
         (self.wrap)(Cells::with_tat(self.config, self.clock.clone(), tat))
@@ -498,6 +498,19 @@ impl<L> fmt::Debug for InlineState<L> {
             .field("burst", &self.config.burst())
             .finish_non_exhaustive()
     }
+}
+
+/// The quota of cells in this state: the burst, refilled from empty in
+/// `B·T`; how many cells could go at `now`, and how long until more could.
+fn quota_status(config: CellConfig, now: u64, not_before: u64, tat: u64) -> QuotaStatus {
+    let blocked = |cost| judge(config, now, not_before, tat, cost).err();
+    let (remaining, at) = search(config.burst(), blocked);
+    QuotaStatus::new(
+        u64::from(config.burst()),
+        Duration::from_nanos(config.span()),
+        u64::from(remaining),
+        at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
+    )
 }
 
 /// [`CostTooHigh`] for a cost above the burst.
