@@ -527,10 +527,11 @@ where
         if !inline.fits(cost) {
             return None;
         }
-        let now = inline.now();
         let decision = {
             let mut shard = self.inner.shard(hash);
             let entry = shard.inline.find_mut(hash, |entry| entry.key == *key)?;
+            // Read while the entry's cache line is on its way.
+            let now = inline.now();
             inline.decide(now, &mut entry.tat, cost)
         };
         Some(inline.admission(decision, cost))
