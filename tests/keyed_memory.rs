@@ -3,7 +3,7 @@
 //! Its own test binary, because it counts every allocation of the process.
 
 use std::alloc::System;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -14,8 +14,13 @@ static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const BOUND: usize = 10_000;
 
-/// The tests of this binary, one at a time: the counts are the process's.
+/// The tests of this binary, one at a time, from building their limiter
+/// to dropping it: the counts are the process's.
 static ALONE: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn live_bytes(region: &Region<'_, System>) -> isize {
     let change = region.change();
@@ -30,7 +35,6 @@ fn flood<L>(keyed: &KeyedLimiter<u64, L>, use_key: impl Fn(u64)) -> isize
 where
     L: Limiter + Clone,
 {
-    let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
     let region = Region::new(ALLOCATOR);
     (0..BOUND as u64).for_each(&use_key);
     let at_bound = live_bytes(&region);
@@ -58,6 +62,7 @@ where
 
 #[tokio::test(start_paused = true)]
 async fn a_million_distinct_keys_stay_within_the_bound() {
+    let _alone = alone();
     let keyed = KeyedLimiter::builder(|_: &u64| {
         DelayLimiter::new(Duration::from_millis(10)).expect("valid delay")
     })
@@ -71,6 +76,7 @@ async fn a_million_distinct_keys_stay_within_the_bound() {
 /// flood stays within the bound too, in a fraction of the memory.
 #[tokio::test(start_paused = true)]
 async fn a_million_distinct_inline_keys_stay_within_the_bound() {
+    let _alone = alone();
     let template = GcraLimiter::new(1, Duration::from_secs(1)).expect("valid rate");
     let keyed = KeyedLimiter::of(template)
         .max_keys(BOUND)

@@ -386,10 +386,14 @@ impl Cells {
 /// second pointer to follow, by the same test as its limiter would apply.
 /// When a handle to the key's limiter is asked for
 /// ([`KeyedLimiter::limiter`](crate::KeyedLimiter::limiter), or a
-/// [`KeyedLimitLayer`](crate::KeyedLimitLayer) call), the limiter is made
-/// from that number; once no handle is held, the pause set through one is
-/// over and the configuration is the template's again, the key goes back
-/// inline.
+/// [`KeyedLimitLayer`](crate::KeyedLimitLayer) call, which admits through
+/// the key's limiter and its line of waiting callers), the limiter is made
+/// from that number. At the key's next decision through the keyed limiter,
+/// if no handle is held, the pause set through one is over and the
+/// configuration is the template's again, the key goes back inline. One difference in waiting, none in deciding: a call denied on an
+/// inline key waits for the instant it was given, where a limiter's denial
+/// also wakes early if a refund or `clear` through a handle frees cells
+/// before then.
 ///
 /// ```
 /// use std::time::Duration;

@@ -213,6 +213,7 @@ enum Form {
     /// A limiter, for a handle.
     Limiter,
 }
+
 impl<K, L> Clone for KeyedLimiter<K, L> {
     fn clone(&self) -> Self {
         Self {
@@ -513,9 +514,9 @@ where
 
     /// The hot path: a known key kept inline, a cost within the burst.
     /// The decision under the lock is a few plain operations on the
-    /// entry; the clock is read before the lock and the admission made
-    /// after it. `None` for anything else (a new key, a key with a
-    /// limiter), which takes the general path.
+    /// entry (the clock read overlapping the entry's cache miss); the
+    /// admission is made after the lock. `None` for anything else (a new
+    /// key, a key with a limiter), which takes the general path.
     #[inline(always)]
     fn try_inline(
         &self,
