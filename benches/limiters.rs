@@ -13,7 +13,9 @@
 //!   runtime scheduling is measured.
 //! * `keyed`: one decision on one of 1, 1,000 or 100,000 keys, our
 //!   `KeyedLimiter` of GCRA limiters beside governor's keyed limiter, on the
-//!   same keys in the same order.
+//!   same keys in the same order: `gcra_fast_clock` made by `builder` (a
+//!   limiter per key), `gcra_inline_fast_clock` by `of` (each key's TAT
+//!   kept inline in the map).
 //! * `clock`: the time sources, since the clock is most of a decision.
 //! * `observe`: a layer observed (counted, traced, measured) beside the same
 //!   layer unobserved, with no subscriber or recorder installed.
@@ -281,9 +283,15 @@ fn keyed(c: &mut Criterion) {
             .max_keys(2 * keys as usize)
             .build()
             .expect("valid configuration");
+        let inline = KeyedLimiter::of(gcra(Clock::fast()))
+            .clock(Clock::fast())
+            .max_keys(2 * keys as usize)
+            .build()
+            .expect("valid configuration");
         for key in 0..keys {
             let _ = governor.check_key(&key);
             ours.limiter(&key).unwrap();
+            drop(inline.try_acquire(&key));
         }
         let mut key = 0;
         group.bench_function(BenchmarkId::new("governor_check_key", keys), |b| {
@@ -296,6 +304,15 @@ fn keyed(c: &mut Criterion) {
             b.iter(|| {
                 key = (key + 1) % keys;
                 match ours.try_acquire(&key).into_ready() {
+                    Ok(Ok(Admission::Granted(permit))) => drop(black_box(permit)),
+                    other => panic!("benchmark limiter must admit, got {other:?}"),
+                }
+            })
+        });
+        group.bench_function(BenchmarkId::new("gcra_inline_fast_clock", keys), |b| {
+            b.iter(|| {
+                key = (key + 1) % keys;
+                match inline.try_acquire(&key).into_ready() {
                     Ok(Ok(Admission::Granted(permit))) => drop(black_box(permit)),
                     other => panic!("benchmark limiter must admit, got {other:?}"),
                 }

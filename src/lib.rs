@@ -164,7 +164,7 @@ pub use limiter::{
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,
     AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter, DelayLimiter,
-    EvenlySpacedRateLimiter, FixedWindowLimiter, FreshLimiter, GcraLimiter, GcraState,
+    EvenlySpacedRateLimiter, FixedWindowLimiter, FreshLimiter, GcraLimiter, GcraState, InlineState,
     KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter,
     RateLimiterBuilder, SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };

@@ -522,10 +522,12 @@ impl Advertise {
             return headers;
         };
         // A key forgotten since, with no room to take it back: nothing to read.
-        let Ok(limiter) = keyed.limiter(key) else {
-            return headers;
+        let answer = match keyed.quota(key) {
+            Err(_) => return headers,
+            Ok(Ok(inline)) => Ok(Some(inline)),
+            Ok(Err(limiter)) => limiter.quota_status().await,
         };
-        let quota = match limiter.quota_status().await {
+        let quota = match answer {
             Ok(Some(quota)) => quota,
             Ok(None) => {
                 self.no_quota();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{Cells, Outcome, impl_limiter_for_cells};
+use super::cell::{Cells, InlineState, Outcome, impl_limiter_for_cells};
 use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
@@ -391,6 +391,25 @@ impl crate::FreshLimiter for GcraLimiter {
         Self {
             cells: Cells::shared(self.cells.config(), self.cells.clock().clone()),
         }
+    }
+
+    /// Its state is one TAT, kept inline by a keyed limiter.
+    ///
+    /// ```
+    /// use tower_limits::FreshLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let template = tower_limits::GcraLimiter::new(10, std::time::Duration::from_secs(1))?;
+    /// assert!(template.inline_state().is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn inline_state(&self) -> Option<crate::InlineState<Self>> {
+        Some(InlineState::new(
+            &self.cells,
+            |cells| Self { cells },
+            |it| &it.cells,
+        ))
     }
 }
 

@@ -3,12 +3,14 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::HashTable;
 
+use super::cell::InlineState;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limiter::{Admission, Limiter, LimiterFuture};
@@ -42,6 +44,16 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// limiter: a key flood cannot grow memory past the bound, at the price of
 /// forgetting the history of the least active keys. Size the bound above the
 /// number of keys active within one window.
+///
+/// Made [`of`](KeyedLimiter::of) a template whose state is one number
+/// ([`GcraLimiter`](crate::GcraLimiter),
+/// [`TokenBucketLimiter`](crate::TokenBucketLimiter)), the keyed limiter
+/// keeps that number beside each key (16 bytes a `u64` key) rather than a
+/// limiter per key; see [`InlineState`]. Such a key's idleness is read from
+/// its state, on its limiter's clock: it is idle once the instant at which
+/// its bucket was full again is `idle_timeout` past, and the keys forgotten
+/// first when its shard is full are those whose bucket has been full the
+/// longest.
 ///
 /// A key **in use** is never forgotten (see [`Limiter::is_in_use`]): one
 /// with a call running that its limiter counts (a concurrency slot), a
@@ -119,21 +131,35 @@ type Make<K, L> = dyn Fn(&K) -> L + Send + Sync;
 
 struct KeyedInner<K, L> {
     make: Box<Make<K, L>>,
-    shards: Box<[Mutex<Shard<K, L>>]>,
+    /// How keys are kept inline, for a template that has an inline form.
+    inline: Option<InlineState<L>>,
+    shards: Box<[ShardLock<K, L>]>,
     keys_per_shard: usize,
     idle_timeout: u64,
     hasher: RandomState,
     clock: Clock,
 }
 
+/// A shard behind its lock, on cache lines of its own, so that threads
+/// on different shards do not slow each other down.
+#[repr(align(128))]
+struct ShardLock<K, L>(Mutex<Shard<K, L>>);
+
 /// One lock's share of the keys. The key's hash, computed once per call,
-/// picks the shard and finds the entry within it.
+/// picks the shard and finds the key within it.
 ///
-/// A use is stamped with a count, not a clock reading, so a call on a known
-/// key reads no clock (the limiter reads its own). What a count means in
-/// time comes from the checkpoints taken when the clock is read anyway: for
-/// a new key, and by [`KeyedLimiter::evict_idle`].
+/// A key is in one of two tables: `inline` (a keyed limiter made `of` a
+/// template with an [`InlineState`], while no handle to the key is held),
+/// or `entries` (a limiter of its own).
+///
+/// A use of an entry is stamped with a count, not a clock reading, so a
+/// call on a known key reads no clock (the limiter reads its own). What a
+/// count means in time comes from the checkpoints taken when the clock is
+/// read anyway: for a new key, and by [`KeyedLimiter::evict_idle`]. An
+/// inline key needs no stamp: its TAT is later than its latest use (a grant
+/// moves it past now; a denial finds it past now).
 struct Shard<K, L> {
+    inline: HashTable<InlineEntry<K>>,
     entries: HashTable<Entry<K, L>>,
     /// How many uses so far: the stamp of the latest.
     uses: u64,
@@ -152,16 +178,40 @@ struct Checkpoint {
 /// the one before it: 32 span about two timeouts.
 const CHECKPOINTS: usize = 32;
 
+/// A key kept inline and its TAT: 16 bytes with a `u64` key, aligned so
+/// that a lookup touches one cache line. The hash is computed again when
+/// the table grows, rather than kept.
+#[repr(align(16))]
+struct InlineEntry<K> {
+    key: K,
+    tat: u64,
+}
+
+/// A key with a limiter of its own.
 struct Entry<K, L> {
     key: K,
-    /// The key's hash, kept so that growing the table rehashes nothing.
-    hash: u64,
+    /// The shard's use count at the key's latest use.
+    last_used: u64,
     limiter: L,
     /// The key's line of waiting callers, made for the first caller of
     /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
     queue: Option<Arc<Queue>>,
-    /// The shard's use count at the key's latest use.
-    last_used: u64,
+}
+
+/// Where a key's state is found.
+enum Place<'a, K, L> {
+    /// An inline key's TAT.
+    Inline(&'a mut u64),
+    Limiter(&'a mut Entry<K, L>),
+}
+
+/// The form a caller needs a key's state in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// To decide: inline where it can be.
+    Decision,
+    /// A limiter, for a handle.
+    Limiter,
 }
 
 impl<K, L> Clone for KeyedLimiter<K, L> {
@@ -194,11 +244,22 @@ where
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// Where the template has an [inline form](FreshLimiter::inline_state)
+    /// ([`GcraLimiter`](crate::GcraLimiter),
+    /// [`TokenBucketLimiter`](crate::TokenBucketLimiter)), a key's state is
+    /// kept beside the key in the map, and a decision on it takes no
+    /// allocation and no pointer chase: the same decisions, faster (see
+    /// [`InlineState`]).
     pub fn of(template: L) -> KeyedLimiterBuilder<K, L>
     where
         L: FreshLimiter,
     {
-        Self::builder(move |_| template.fresh())
+        let inline = template.inline_state();
+        KeyedLimiterBuilder {
+            inline,
+            ..Self::builder(move |_| template.fresh())
+        }
     }
 
     /// Starts building a keyed limiter whose per-key limiters `make` creates.
@@ -218,6 +279,7 @@ where
     pub fn builder(make: impl Fn(&K) -> L + Send + Sync + 'static) -> KeyedLimiterBuilder<K, L> {
         KeyedLimiterBuilder {
             make: Box::new(make),
+            inline: None,
             max_keys: DEFAULT_MAX_KEYS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             clock: Clock::default(),
@@ -252,50 +314,130 @@ where
     /// # }
     /// ```
     pub fn limiter(&self, key: &K) -> Result<L, KeysFull> {
-        self.with_entry(key, |entry| entry.limiter.clone())
+        self.with_limiter(key, |entry| entry.limiter.clone())
     }
 
     /// `key`'s limiter and its queue of waiting callers.
     pub(crate) fn lane(&self, key: &K) -> Result<(L, Arc<Queue>), KeysFull> {
-        self.with_entry(key, |entry| {
+        self.with_limiter(key, |entry| {
             let queue = entry.queue.get_or_insert_default();
             (entry.limiter.clone(), Arc::clone(queue))
         })
     }
 
-    /// Runs `use_entry` on `key`'s entry, made now if the key is new, under
-    /// its shard's lock; [`KeysFull`] if a new key finds no room.
-    #[inline]
-    fn with_entry<T>(
+    /// `key`'s quota, read in place if the key is kept inline (no limiter
+    /// is made for it); otherwise its limiter, to ask.
+    #[cfg(feature = "http")]
+    pub(crate) fn quota(&self, key: &K) -> Result<Result<crate::QuotaStatus, L>, KeysFull> {
+        let hash = self.inner.hash(key);
+        self.with_place(hash, key, Form::Decision, |place| match place {
+            Place::Inline(tat) => {
+                let inline = self.inner.inline.as_ref();
+                Ok(inline.expect("kept inline").quota_status(*tat))
+            }
+            Place::Limiter(entry) => Err(entry.limiter.clone()),
+        })
+    }
+
+    /// Runs `use_entry` on `key`'s entry, with a limiter made now if the key
+    /// is new or kept inline, under its shard's lock.
+    fn with_limiter<T>(
         &self,
         key: &K,
         use_entry: impl FnOnce(&mut Entry<K, L>) -> T,
     ) -> Result<T, KeysFull> {
+        let hash = self.inner.hash(key);
+        self.with_place(hash, key, Form::Limiter, |place| match place {
+            Place::Limiter(entry) => use_entry(entry),
+            Place::Inline(_) => unreachable!("a limiter was asked for"),
+        })
+    }
+
+    /// Runs `use_place` on `key`'s state in `form` (or inline, if it can
+    /// be and a decision is all the caller makes), made now if the key is
+    /// new, under its shard's lock; [`KeysFull`] if a new key finds no room.
+    fn with_place<T>(
+        &self,
+        hash: u64,
+        key: &K,
+        form: Form,
+        use_place: impl FnOnce(Place<'_, K, L>) -> T,
+    ) -> Result<T, KeysFull> {
         let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
+        let rehash_inline = |entry: &InlineEntry<K>| inner.hash(&entry.key);
+        let rehash = |entry: &Entry<K, L>| inner.hash(&entry.key);
         let mut guard = inner.shard(hash);
         let shard = &mut *guard;
+        if let Ok(found) = shard.entries.find_entry(hash, |entry| entry.key == *key) {
+            shard.uses += 1;
+            if form == Form::Decision
+                && let Some(inline) = &inner.inline
+                && !found.get().is_in_use()
+            {
+                // The last handle let go (a release); its writes are seen here.
+                fence(Ordering::Acquire);
+                if let Some(tat) = inline.tat_of(&found.get().limiter) {
+                    let (entry, _) = found.remove();
+                    let entry = InlineEntry {
+                        key: entry.key,
+                        tat,
+                    };
+                    let entry = shard.inline.insert_unique(hash, entry, rehash_inline);
+                    return Ok(use_place(Place::Inline(&mut entry.into_mut().tat)));
+                }
+            }
+            let entry = found.into_mut();
+            entry.last_used = shard.uses;
+            return Ok(use_place(Place::Limiter(entry)));
+        }
+        let inline = inner.inline.as_ref();
+        if let Some(inline) = inline
+            && let Ok(found) = shard.inline.find_entry(hash, |entry| entry.key == *key)
+        {
+            if form == Form::Decision {
+                return Ok(use_place(Place::Inline(&mut found.into_mut().tat)));
+            }
+            let (InlineEntry { key, tat }, _) = found.remove();
+            shard.uses += 1;
+            let entry = Entry {
+                key,
+                last_used: shard.uses,
+                limiter: inline.limiter(tat),
+                queue: None,
+            };
+            let entry = shard.entries.insert_unique(hash, entry, rehash);
+            return Ok(use_place(Place::Limiter(entry.into_mut())));
+        }
+        // The new key's use is stamped before the checkpoint, which counts it.
         shard.uses += 1;
         let stamp = shard.uses;
-        if let Some(entry) = shard.find_mut(hash, key) {
-            entry.last_used = stamp;
-            return Ok(use_entry(entry));
-        }
         let now = inner.clock.now_nanos();
         shard.checkpoint(now, inner.idle_timeout);
-        if shard.entries.len() >= inner.keys_per_shard && !shard.make_room(now, inner.idle_timeout)
+        if shard.len() >= inner.keys_per_shard && !shard.make_room(now, inner.idle_timeout, inline)
         {
             return Err(KeysFull::new(inner.keys_per_shard));
         }
-        let entry = Entry {
-            key: key.clone(),
-            hash,
-            limiter: (inner.make)(key),
-            queue: None,
-            last_used: stamp,
+        let key = key.clone();
+        if inline.is_some() && form == Form::Decision {
+            let entry = InlineEntry {
+                key,
+                tat: InlineState::<L>::FRESH,
+            };
+            let entry = shard.inline.insert_unique(hash, entry, rehash_inline);
+            return Ok(use_place(Place::Inline(&mut entry.into_mut().tat)));
+        }
+        let limiter = match inline {
+            Some(inline) => inline.limiter(InlineState::<L>::FRESH),
+            None => (inner.make)(&key),
         };
-        let entry = shard.entries.insert_unique(hash, entry, |entry| entry.hash);
-        Ok(use_entry(entry.into_mut()))
+        let entry = Entry {
+            key,
+            last_used: stamp,
+            limiter,
+            queue: None,
+        };
+        let entry = shard.entries.insert_unique(hash, entry, rehash);
+        Ok(use_place(Place::Limiter(entry.into_mut())))
     }
 
     /// [`Limiter::try_acquire`] on `key`'s limiter.
@@ -342,15 +484,24 @@ where
         key: &K,
         cost: u32,
     ) -> LimiterFuture<'static, Result<Admission, LimiterError>> {
+        let hash = self.inner.hash(key);
+        if let Some(inline) = &self.inner.inline
+            && let Some(admission) = self.try_inline(inline, hash, key, cost)
+        {
+            return LimiterFuture::ready(Ok(admission));
+        }
         // In-memory limiters decide under the shard's lock, without a clone;
         // a limiter that answers later gets a clone to own its future (the
         // pending one is dropped unpolled and made again).
-        let answer = self.with_entry(key, |entry| {
-            entry
-                .limiter
-                .try_acquire_many(cost)
-                .into_ready()
-                .map_err(|_| entry.limiter.clone())
+        let answer = self.with_place(hash, key, Form::Decision, |place| match place {
+            Place::Inline(tat) => {
+                let inline = self.inner.inline.as_ref();
+                Ok(inline.expect("kept inline").admit(tat, cost))
+            }
+            Place::Limiter(entry) => {
+                let answer = entry.limiter.try_acquire_many(cost).into_ready();
+                answer.map_err(|_| entry.limiter.clone())
+            }
         });
         match answer {
             Ok(Ok(answer)) => LimiterFuture::ready(answer),
@@ -359,6 +510,32 @@ where
             }
             Err(full) => LimiterFuture::ready(Err(LimiterError::new(full))),
         }
+    }
+
+    /// The hot path: a known key kept inline, a cost within the burst.
+    /// The decision under the lock is a few plain operations on the
+    /// entry (the clock read overlapping the entry's cache miss); the
+    /// admission is made after the lock. `None` for anything else (a new
+    /// key, a key with a limiter), which takes the general path.
+    #[inline(always)]
+    fn try_inline(
+        &self,
+        inline: &InlineState<L>,
+        hash: u64,
+        key: &K,
+        cost: u32,
+    ) -> Option<Admission> {
+        if !inline.fits(cost) {
+            return None;
+        }
+        let decision = {
+            let mut shard = self.inner.shard(hash);
+            let entry = shard.inline.find_mut(hash, |entry| entry.key == *key)?;
+            // Read while the entry's cache line is on its way.
+            let now = inline.now();
+            inline.decide(now, &mut entry.tat, cost)
+        };
+        Some(inline.admission(decision, cost))
     }
 
     /// How many keys are held now (at most the configured maximum).
@@ -379,7 +556,7 @@ where
         self.inner
             .shards
             .iter()
-            .map(|shard| lock(shard).entries.len())
+            .map(|shard| lock(&shard.0).len())
             .sum()
     }
 
@@ -409,8 +586,11 @@ where
     /// Uses of known keys read no clock, so a key's idleness is known from
     /// the clock readings around it: a key unused since an earlier call of
     /// `evict_idle` (or since a new key arrived) is surely forgotten once
-    /// the timeout and an eighth of it have passed since then. Call it
-    /// periodically to free the memory of idle keys early.
+    /// the timeout and an eighth of it have passed since then. A key kept
+    /// inline is forgotten once the timeout has passed since its bucket was
+    /// full again (for GCRA with a burst of 1, since its last grant plus one
+    /// interval). Call it periodically to free the memory of idle keys
+    /// early.
     ///
     /// ```
     /// use std::time::Duration;
@@ -436,9 +616,9 @@ where
             .shards
             .iter()
             .map(|shard| {
-                let mut shard = lock(shard);
+                let mut shard = lock(&shard.0);
                 shard.checkpoint(now, inner.idle_timeout);
-                shard.evict_idle(now, inner.idle_timeout)
+                shard.evict_idle(now, inner.idle_timeout, inner.inline.as_ref())
             })
             .sum()
     }
@@ -450,11 +630,29 @@ fn lock<K, L>(shard: &Mutex<Shard<K, L>>) -> MutexGuard<'_, Shard<K, L>> {
 }
 
 impl<K, L> KeyedInner<K, L> {
+    /// The key's hash, which picks its shard and its place there.
+    ///
+    /// Written out rather than [`BuildHasher::hash_one`], which the hot path
+    /// called out of line (about 2 ns of a decision).
+    #[inline(always)]
+    #[allow(clippy::manual_hash_one)]
+    fn hash(&self, key: &K) -> u64
+    where
+        K: Hash,
+    {
+        let mut hasher = self.hasher.build_hasher();
+        key.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// The shard of a key with this hash. It takes bits the table uses
-    /// for neither the bucket (the low bits) nor the tag (the top seven).
+    /// for neither the bucket (the low bits) nor the tag (the top seven),
+    /// and maps them onto the shards by a multiplication, not a division.
+    #[inline]
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L>> {
-        let index = (hash >> 40) as usize % self.shards.len();
-        lock(&self.shards[index])
+        let bits = (hash >> 25) & u64::from(u32::MAX);
+        let index = (bits * self.shards.len() as u64) >> 32;
+        lock(&self.shards[index as usize].0)
     }
 }
 
@@ -471,9 +669,9 @@ impl<K, L: Limiter> Entry<K, L> {
 }
 
 impl<K: Eq, L: Limiter> Shard<K, L> {
-    #[inline]
-    fn find_mut(&mut self, hash: u64, key: &K) -> Option<&mut Entry<K, L>> {
-        self.entries.find_mut(hash, |entry| entry.key == *key)
+    /// How many keys the shard holds, inline or not.
+    fn len(&self) -> usize {
+        self.inline.len() + self.entries.len()
     }
 
     /// Records that every use so far happened at or before `now`. The
@@ -505,61 +703,105 @@ impl<K: Eq, L: Limiter> Shard<K, L> {
         self.checkpoints.push_back(checkpoint);
     }
 
-    /// Forgets keys known to be unused since `now - idle_timeout` (those
-    /// last used no later than the newest checkpoint that old) and not in
-    /// use. How many.
-    fn evict_idle(&mut self, now: u64, idle_timeout: u64) -> usize {
+    /// Forgets keys known to be unused since `now - idle_timeout` and not
+    /// in use. How many.
+    ///
+    /// An entry is, if it was last used no later than the newest checkpoint
+    /// that old; an inline key, if its TAT is that old, by its limiter's
+    /// clock (every use leaves the TAT past the instant of the use).
+    fn evict_idle(
+        &mut self,
+        now: u64,
+        idle_timeout: u64,
+        inline: Option<&InlineState<L>>,
+    ) -> usize {
+        let before = self.len();
+        if let Some(inline) = inline {
+            let now = inline.now();
+            self.inline
+                .retain(|entry| now.saturating_sub(entry.tat) < idle_timeout);
+        }
         let idle_since = self
             .checkpoints
             .iter()
             .rev()
             .find(|checkpoint| now.saturating_sub(checkpoint.nanos) >= idle_timeout);
-        let Some(&Checkpoint {
+        if let Some(&Checkpoint {
             uses: idle_up_to, ..
         }) = idle_since
-        else {
-            return 0;
-        };
-        let before = self.entries.len();
-        self.entries
-            .retain(|entry| entry.last_used > idle_up_to || entry.is_in_use());
-        before - self.entries.len()
+        {
+            self.entries
+                .retain(|entry| entry.last_used > idle_up_to || entry.is_in_use());
+        }
+        before - self.len()
     }
 
     /// Frees at least one place if it can: idle keys first, else the least
     /// recently used eighth of the keys not in use (in one pass, so a key
-    /// flood costs a scan per eighth of a shard, not per key). Whether it
-    /// freed any.
-    fn make_room(&mut self, now: u64, idle_timeout: u64) -> bool {
-        let idle = self.evict_idle(now, idle_timeout);
+    /// flood costs a scan per eighth of a shard, not per key). Inline keys
+    /// go before entries, the earliest TATs first: the fullest buckets,
+    /// whose uses are the oldest, and which lose the least when forgotten.
+    /// Whether it freed any.
+    fn make_room(&mut self, now: u64, idle_timeout: u64, inline: Option<&InlineState<L>>) -> bool {
+        let idle = self.evict_idle(now, idle_timeout, inline);
         if idle > 0 {
             tracing::debug!(forgotten = idle, "keyed limiter full: forgot idle keys");
             return true;
         }
-        let mut stamps = Vec::with_capacity(self.entries.len());
-        let free = self.entries.iter().filter(|entry| !entry.is_in_use());
-        stamps.extend(free.map(|entry| entry.last_used));
-        if stamps.is_empty() {
-            // Debug, not warn: under a key flood this fires per request; the
-            // caller sees the refusal as a `KeysFull` error.
-            tracing::debug!(
-                keys = self.entries.len(),
-                "keyed limiter full and every key in use: refusing a new key"
-            );
-            return false;
-        }
-        // The least recently used eighth: stamps are unique, so every free
-        // entry stamped up to the count-th oldest stamp.
-        let count = (stamps.len() / 8).max(1);
-        let (_, &mut cutoff, _) = stamps.select_nth_unstable(count - 1);
-        self.entries
-            .retain(|entry| entry.last_used > cutoff || entry.is_in_use());
+        let forgotten = if self.inline.is_empty() {
+            let mut stamps = Vec::with_capacity(self.entries.len());
+            let free = self.entries.iter().filter(|entry| !entry.is_in_use());
+            stamps.extend(free.map(|entry| entry.last_used));
+            let Some(cutoff) = eighth_cutoff(stamps) else {
+                // Debug, not warn: under a key flood this fires per request; the
+                // caller sees the refusal as a `KeysFull` error.
+                tracing::debug!(
+                    keys = self.entries.len(),
+                    "keyed limiter full and every key in use: refusing a new key"
+                );
+                return false;
+            };
+            // Stamps are unique: the eighth is every free entry up to the cutoff.
+            let before = self.entries.len();
+            self.entries
+                .retain(|entry| entry.last_used > cutoff || entry.is_in_use());
+            before - self.entries.len()
+        } else {
+            let tats: Vec<u64> = self.inline.iter().map(|entry| entry.tat).collect();
+            let count = (tats.len() / 8).max(1);
+            let cutoff = eighth_cutoff(tats).unwrap_or(0);
+            // TATs may tie at the cutoff: forget the ones below it, then as
+            // many at it as make up the eighth.
+            let below = self
+                .inline
+                .iter()
+                .filter(|entry| entry.tat < cutoff)
+                .count();
+            let mut ties = count - below;
+            self.inline.retain(|entry| {
+                let forget = entry.tat < cutoff || (entry.tat == cutoff && ties > 0);
+                ties -= usize::from(forget && entry.tat == cutoff);
+                !forget
+            });
+            count
+        };
         tracing::debug!(
-            forgotten = count,
+            forgotten,
             "keyed limiter full: forgot the least recently used keys"
         );
         true
     }
+}
+
+/// The largest of the smallest eighth (at least one) of `values`; `None`
+/// if there are none.
+fn eighth_cutoff(mut values: Vec<u64>) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    let count = (values.len() / 8).max(1);
+    let (_, &mut cutoff, _) = values.select_nth_unstable(count - 1);
+    Some(cutoff)
 }
 
 impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
@@ -598,6 +840,25 @@ pub trait FreshLimiter: Limiter + Sized {
     /// A limiter with this one's configuration (and clock) and a state of
     /// its own, as new.
     fn fresh(&self) -> Self;
+
+    /// How a [`KeyedLimiter`] made [`of`](KeyedLimiter::of) this template
+    /// may keep a key's state in its own map: `None` (the default) keeps a
+    /// limiter per key; the crate's limiters whose state is one number
+    /// have an [`InlineState`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{FreshLimiter, GcraLimiter, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// assert!(GcraLimiter::new(5, Duration::from_secs(1))?.inline_state().is_some());
+    /// assert!(NullLimiter.inline_state().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn inline_state(&self) -> Option<InlineState<Self>> {
+        None
+    }
 }
 
 /// Configures a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`]
@@ -620,6 +881,7 @@ pub trait FreshLimiter: Limiter + Sized {
 #[must_use = "call `build` to get a keyed limiter"]
 pub struct KeyedLimiterBuilder<K, L> {
     make: Box<Make<K, L>>,
+    inline: Option<InlineState<L>>,
     max_keys: usize,
     idle_timeout: Duration,
     clock: Clock,
@@ -673,7 +935,9 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
         self
     }
 
-    /// The clock that measures idleness (see [`Clock`]).
+    /// The clock that measures idleness (see [`Clock`]), except for keys
+    /// kept inline, whose idleness is read from their state on their
+    /// limiter's clock.
     ///
     /// ```
     /// use std::time::Duration;
@@ -729,13 +993,15 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
         Ok(KeyedLimiter {
             inner: Arc::new(KeyedInner {
                 make: self.make,
+                inline: self.inline,
                 shards: (0..shards)
                     .map(|_| {
-                        Mutex::new(Shard {
+                        ShardLock(Mutex::new(Shard {
+                            inline: HashTable::new(),
                             entries: HashTable::new(),
                             uses: 0,
                             checkpoints: VecDeque::with_capacity(CHECKPOINTS),
-                        })
+                        }))
                     })
                     .collect(),
                 keys_per_shard,
@@ -782,12 +1048,20 @@ mod tests {
         ]
     }
 
-    /// Whether `keyed` holds `key`, without using it.
-    fn holds(keyed: &KeyedLimiter<u8, NullLimiter>, key: u8) -> bool {
+    /// Runs `test` on a current-thread runtime on paused time.
+    fn on_paused_time(test: impl Future<Output = ()>) {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        let runtime = builder.enable_time().start_paused(true).build();
+        runtime.unwrap().block_on(test);
+    }
+
+    /// Whether `keyed` holds `key`, inline or not, without using it.
+    fn holds<L>(keyed: &KeyedLimiter<u8, L>, key: u8) -> bool {
         let shards = keyed.inner.shards.iter();
-        shards
-            .map(lock)
-            .any(|shard| shard.entries.iter().any(|entry| entry.key == key))
+        shards.map(|shard| lock(&shard.0)).any(|shard| {
+            let inline = shard.inline.iter().any(|entry| entry.key == key);
+            inline || shard.entries.iter().any(|entry| entry.key == key)
+        })
     }
 
     proptest! {
@@ -797,12 +1071,7 @@ mod tests {
         /// the timeout (the checkpoints' spacing) has passed since that call.
         #[test]
         fn evict_idle_forgets_idle_keys_and_never_a_recent_one(ops in prop::collection::vec(op(), 1..80)) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap();
-            runtime.block_on(async {
+            on_paused_time(async {
                 let keyed = KeyedLimiter::builder(|_: &u8| NullLimiter).idle_timeout(IDLE).build().unwrap();
                 let start = tokio::time::Instant::now();
                 // Per key: the op index and time of its latest use.
@@ -834,6 +1103,67 @@ mod tests {
                     }
                 }
             });
+        }
+    }
+
+    proptest! {
+        /// Inline keys (GCRA, burst 3, one a second): `evict_idle` never
+        /// forgets a key used within the idle timeout, and forgets a key
+        /// once the timeout and its burst's span (3 s, the most its TAT
+        /// can lead its latest use by) have passed since its latest use.
+        #[test]
+        fn evict_idle_forgets_idle_inline_keys_and_never_a_recent_one(ops in prop::collection::vec(op(), 1..80)) {
+            on_paused_time(async {
+                let template = crate::GcraLimiter::new(1, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+                let span = Duration::from_secs(3);
+                let keyed = KeyedLimiter::of(template).idle_timeout(IDLE).build().unwrap();
+                let start = tokio::time::Instant::now();
+                let mut last_use: HashMap<u8, Duration> = HashMap::new();
+                for op in ops {
+                    let now = start.elapsed();
+                    match op {
+                        Op::Use(key) => {
+                            drop(keyed.try_acquire(&key).await.unwrap());
+                            last_use.insert(key, now);
+                        }
+                        Op::Advance(secs) => tokio::time::advance(Duration::from_secs(secs)).await,
+                        Op::EvictIdle => {
+                            keyed.evict_idle();
+                            for (&key, &used) in &last_use {
+                                if now - used < IDLE {
+                                    assert!(holds(&keyed, key), "key {key} used {:?} ago was forgotten", now - used);
+                                }
+                                if now - used >= IDLE + span {
+                                    assert!(!holds(&keyed, key), "key {key} unused for {:?} was kept", now - used);
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// A key kept inline reports the quota its own limiter would.
+    #[cfg(feature = "http")]
+    #[tokio::test(start_paused = true)]
+    async fn an_inline_key_reports_the_quota_of_a_limiter_of_its_own() {
+        let template = crate::GcraLimiter::new(2, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(4)
+            .unwrap();
+        let own = template.fresh();
+        let keyed = KeyedLimiter::of(template).build().unwrap();
+        for (cost, wait) in [(1, 0), (2, 100), (1, 700), (3, 50), (0, 0)] {
+            tokio::time::advance(Duration::from_millis(wait)).await;
+            if cost > 0 {
+                drop(own.try_acquire_many(cost).await.unwrap());
+                drop(keyed.try_acquire_many(&"a", cost).await.unwrap());
+            }
+            let Ok(Ok(inline)) = keyed.quota(&"a") else {
+                panic!("the key is kept inline");
+            };
+            assert_eq!(Some(inline), own.quota_status().await.unwrap());
         }
     }
 }

@@ -29,6 +29,7 @@ pub(crate) use adaptive::Steer;
 pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
 pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder};
 pub use batched::{BatchedLimiter, BatchedLimiterBuilder};
+pub use cell::InlineState;
 pub use composite::CompositeLimiter;
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;

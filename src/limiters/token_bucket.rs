@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{Cells, impl_limiter_for_cells};
+use super::cell::{Cells, InlineState, impl_limiter_for_cells};
 use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::ConfigError;
@@ -289,6 +289,32 @@ impl crate::FreshLimiter for TokenBucketLimiter {
         Self {
             cells: Cells::shared(self.cells.config(), self.cells.clock().clone()),
         }
+    }
+
+    /// Its state is one TAT (when the bucket is full again), kept inline
+    /// by a keyed limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{Admission, KeyedLimiter, TokenBucketLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A bucket of 2 per API key, one token back a second.
+    /// let per_key = KeyedLimiter::of(TokenBucketLimiter::new(2, 1, Duration::from_secs(1))?).build()?;
+    /// for _ in 0..2 {
+    ///     assert!(matches!(per_key.try_acquire(&"k1").await?, Admission::Granted(_)));
+    /// }
+    /// assert!(matches!(per_key.try_acquire(&"k1").await?, Admission::Denied(_)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn inline_state(&self) -> Option<crate::InlineState<Self>> {
+        Some(InlineState::new(
+            &self.cells,
+            |cells| Self { cells },
+            |it| &it.cells,
+        ))
     }
 }
 
