@@ -166,14 +166,21 @@ proptest! {
     /// on every grant (with its token), denial (with its instant) and error.
     #[test]
     fn inline_gcra_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
-        let template = GcraLimiter::new(3, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+        // Built before `replay` pauses time: tokio's clock, named.
+        let template = GcraLimiter::new(3, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(3)
+            .unwrap()
+            .with_clock(tower_limits::Clock::tokio());
         replay(template, ops);
     }
 
     /// The token bucket keeps its state inline the same way.
     #[test]
     fn inline_token_bucket_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
-        let template = TokenBucketLimiter::new(2, 1, Duration::from_millis(400)).unwrap();
+        let template = TokenBucketLimiter::new(2, 1, Duration::from_millis(400))
+            .unwrap()
+            .with_clock(tower_limits::Clock::tokio());
         replay(template, ops);
     }
 }
