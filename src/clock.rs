@@ -15,7 +15,8 @@
 //!   window is never shorter than configured when measured on the system's
 //!   clock, and a limit of 1,000 per second admits about 999.5 per real
 //!   second. Instants it hands out are converted from the present, so
-//!   that drift never adds up into a wrong sleep.
+//!   that drift never adds up into a wrong sleep; a caller woken at one
+//!   may find the limiter that 0.05% of its wait short of ready.
 //! * [`Clock::tokio`] reads [`tokio::time::Instant::now`], so
 //!   [`tokio::time::pause`] and [`tokio::time::advance`] drive the limiter in
 //!   tests exactly as they drive timers.
@@ -97,18 +98,8 @@ mod counter {
     /// This clock's nanoseconds between two readings.
     #[inline]
     pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
-        counted(counter().delta_as_nanos(from, to))
-    }
-
-    /// This clock's nanoseconds in `real` ones.
-    #[inline]
-    pub(super) fn counted(real: u64) -> u64 {
+        let real = counter().delta_as_nanos(from, to);
         real - (real >> SLOW_SHIFT)
-    }
-
-    /// The real nanoseconds it takes this clock to count `nanos`.
-    pub(super) fn real(nanos: u64) -> u64 {
-        nanos.saturating_add(nanos / ((1 << SLOW_SHIFT) - 1))
     }
 }
 
@@ -131,16 +122,6 @@ mod counter {
     #[inline]
     pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
         to.saturating_sub(from)
-    }
-
-    /// This clock counts real nanoseconds.
-    pub(super) fn counted(real: u64) -> u64 {
-        real
-    }
-
-    /// This clock counts real nanoseconds.
-    pub(super) fn real(nanos: u64) -> u64 {
-        nanos
     }
 }
 
@@ -297,7 +278,10 @@ impl Clock {
     /// the system's, now), not from the epoch: its rate differs from the
     /// system's by up to a few hundred parts per million, which over a day
     /// would add up to seconds, and a caller told to wait until such an
-    /// instant would wake long before (or after) the limiter is ready.
+    /// instant would wake long before (or after) the limiter is ready. What
+    /// is left is that fraction of the wait itself: a caller woken at the
+    /// instant may find the limiter not quite ready (0.05% of a 10 s wait is
+    /// 5 ms) and wait that little again, as the layers do.
     #[inline]
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
         match self.source {
@@ -305,9 +289,9 @@ impl Clock {
             Source::Counter { .. } => {
                 let (now, system) = (self.now_nanos(), system_now());
                 if nanos >= now {
-                    system + Duration::from_nanos(counter::real(nanos - now))
+                    system + Duration::from_nanos(nanos - now)
                 } else {
-                    let ago = Duration::from_nanos(counter::real(now - nanos));
+                    let ago = Duration::from_nanos(now - nanos);
                     system.checked_sub(ago).unwrap_or(self.epoch)
                 }
             }
@@ -323,9 +307,9 @@ impl Clock {
             Source::Counter { .. } => {
                 let (now, system) = (self.now_nanos(), system_now());
                 if at >= system {
-                    now.saturating_add(counter::counted(duration_nanos(at - system)))
+                    now.saturating_add(duration_nanos(at - system))
                 } else {
-                    now.saturating_sub(counter::counted(duration_nanos(system - at)))
+                    now.saturating_sub(duration_nanos(system - at))
                 }
             }
         }
