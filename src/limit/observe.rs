@@ -231,16 +231,20 @@ impl Observer {
     /// Records a decision made without waiting.
     #[inline]
     pub(crate) fn decided_at_once(&self, outcome: Outcome, cost: u32) {
-        let span = tracing::trace_span!(
-            target: "tower_limits::admission",
-            "admission",
-            limiter = &*self.name,
-            cost,
-            outcome = outcome.as_str(),
-            waited_us = 0_u64,
-            shadow = self.shadow,
-        );
-        drop(span);
+        // One load when nothing listens at TRACE, instead of building an
+        // empty span through the callsite's interest.
+        if tracing::level_enabled!(tracing::Level::TRACE) {
+            let span = tracing::trace_span!(
+                target: "tower_limits::admission",
+                "admission",
+                limiter = &*self.name,
+                cost,
+                outcome = outcome.as_str(),
+                waited_us = 0_u64,
+                shadow = self.shadow,
+            );
+            drop(span);
+        }
         self.record(outcome, cost, Duration::ZERO);
     }
 
