@@ -158,8 +158,8 @@ pub use limit::{
     SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
 };
 pub use limiter::{
-    Admission, Denial, Limiter, LimiterExt, LimiterFuture, Permit, Release, ReleaseEvent,
-    ReleaseListener,
+    Admission, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats, Permit, Release,
+    ReleaseEvent, ReleaseListener,
 };
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,

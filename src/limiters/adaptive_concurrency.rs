@@ -246,6 +246,10 @@ impl Limiter for AdaptiveConcurrencyLimiter {
     fn is_in_use(&self) -> bool {
         Arc::strong_count(&self.shared) > 1
     }
+    /// The running count, as [`running`](AdaptiveConcurrencyLimiter::running).
+    fn in_flight(&self) -> Option<u64> {
+        self.shared.slots.in_flight()
+    }
 }
 
 impl fmt::Debug for AdaptiveConcurrencyLimiter {

@@ -517,6 +517,9 @@ impl<P: Pacer> Limiter for AdaptiveRateLimiter<P> {
     fn settle(&self, permit: &mut Permit, actual: u32) {
         self.shared.pacer.settle(permit, actual);
     }
+    fn in_flight(&self) -> Option<u64> {
+        self.shared.pacer.in_flight()
+    }
 }
 
 impl<P: Pacer> fmt::Debug for AdaptiveRateLimiter<P> {
