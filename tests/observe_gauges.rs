@@ -279,3 +279,36 @@ async fn stats_of_a_composite_report_the_largest_part() {
     let rate_only = CompositeLimiter::new().with(gcra);
     assert_eq!(rate_only.stats().await.unwrap().in_flight, None);
 }
+
+/// Limiters that wrap others forward `in_flight`: an `Arc` (a trait object
+/// too), a failover (its store's and its fallback's calls together); an
+/// adaptive concurrency limiter counts its own, an adaptive rate limiter
+/// (a pace) none.
+#[tokio::test(start_paused = true)]
+async fn wrappers_forward_in_flight() {
+    use std::sync::Arc;
+    use tower_limits::{
+        AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Failover, OutagePolicy, Rate,
+    };
+
+    let slots = ConcurrencyLimiter::new(4).unwrap();
+    let _running = slots.acquire_many(2).await.unwrap();
+    assert_eq!(Arc::new(slots.clone()).in_flight(), Some(2));
+    let object: Arc<dyn Limiter> = Arc::new(slots.clone());
+    assert_eq!(object.in_flight(), Some(2));
+
+    let fallback = ConcurrencyLimiter::new(4).unwrap();
+    let _during_outage = fallback.acquire().await.unwrap();
+    let failover = Failover::new(slots, OutagePolicy::Fallback(fallback));
+    assert_eq!(failover.in_flight(), Some(3));
+    let open = Failover::fail_open(GcraLimiter::new(1, Duration::from_secs(1)).unwrap());
+    assert_eq!(open.in_flight(), None);
+
+    let adaptive = AdaptiveConcurrencyLimiter::builder().build().unwrap();
+    let _call = adaptive.acquire().await.unwrap();
+    assert_eq!(adaptive.stats().await.unwrap().in_flight, Some(1));
+    let pace = AdaptiveRateLimiter::builder(Rate::per_second(10).unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(pace.in_flight(), None);
+}
