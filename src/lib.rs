@@ -79,7 +79,7 @@
 //! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
 //! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
 //! | `fast-clock` (default) | [`Clock::fast`], the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
-//! | `metrics` | counters, a histogram and a gauge of observed layers through the `metrics` facade |
+//! | `metrics` | counters, a histogram and a gauge of observed layers, and gauges of named keyed and adaptive limiters, through the `metrics` facade |
 //! | `redis` | `store::RedisStore` |
 //! | `redis-cluster` | `redis`, and Redis Cluster for `store::RedisStore` |
 //! | `postgres` | `store::PostgresStore` |
@@ -158,8 +158,8 @@ pub use limit::{
     SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
 };
 pub use limiter::{
-    Admission, Denial, Limiter, LimiterExt, LimiterFuture, Permit, Release, ReleaseEvent,
-    ReleaseListener,
+    Admission, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats, Permit, Release,
+    ReleaseEvent, ReleaseListener,
 };
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,

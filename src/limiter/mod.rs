@@ -33,6 +33,7 @@ mod denial;
 mod event;
 mod future;
 mod permit;
+mod stats;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub(crate) use denial::{Booking, Unbook};
 pub use event::{ReleaseEvent, ReleaseListener};
 pub use future::LimiterFuture;
 pub use permit::{Permit, Release};
+pub use stats::LimiterStats;
 
 /// A limiting strategy: the six classic operations plus an atomic acquire.
 ///
@@ -487,6 +489,37 @@ pub trait Limiter: Send + Sync + 'static {
         false
     }
 
+    /// How many calls this limiter counts as running now, if it counts
+    /// them: a snapshot, one atomic read for the limiters of this crate,
+    /// cheap enough to take per request.
+    ///
+    /// `None` (the default) means "this limiter does not count running
+    /// calls" (a rate limiter admits starts; when they end is not its
+    /// business). A [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) and an
+    /// [`AdaptiveConcurrencyLimiter`](crate::AdaptiveConcurrencyLimiter)
+    /// answer with their running count; a
+    /// [`CompositeLimiter`](crate::CompositeLimiter) with the largest of
+    /// its parts' answers; a limiter that wraps another forwards it.
+    /// Like [`peek`](Limiter::peek), only a hint under concurrency.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{ConcurrencyLimiter, GcraLimiter, Limiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(4)?;
+    /// let _running = limiter.acquire_many(3).await?;
+    /// assert_eq!(limiter.in_flight(), Some(3));
+    ///
+    /// assert_eq!(GcraLimiter::new(10, Duration::from_secs(1))?.in_flight(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn in_flight(&self) -> Option<u64> {
+        None
+    }
+
     /// The `Duration` form of
     /// [`set_next_available_time`](Limiter::set_next_available_time): pauses
     /// for `delay` from now.
@@ -559,6 +592,9 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {
     }
     fn is_in_use(&self) -> bool {
         (**self).is_in_use()
+    }
+    fn in_flight(&self) -> Option<u64> {
+        (**self).in_flight()
     }
 }
 
@@ -639,6 +675,60 @@ pub trait LimiterExt: Limiter {
                 }
             }
         }
+    }
+
+    /// Where the limiter stands now, in one snapshot ([`LimiterStats`]):
+    /// when it would admit the next call, how many calls it counts as
+    /// running, and its quota. An in-memory limiter answers at once,
+    /// without allocating; a store-backed one in the round trips of
+    /// [`next_available_time`](Limiter::next_available_time) and
+    /// [`quota_status`](Limiter::quota_status).
+    ///
+    /// Limiters count no decisions: a named layer does
+    /// ([`LimitLayer::name`](crate::LimitLayer::name), then its `stats()`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{FixedWindowLimiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindowLimiter::new(2, Duration::from_secs(10))?;
+    /// drop(limiter.acquire_many(2).await?);
+    /// let stats = limiter.stats().await?;
+    /// assert_eq!(stats.next_available, Instant::now() + Duration::from_secs(10));
+    /// assert_eq!(stats.in_flight, None); // a window does not count running calls
+    /// assert_eq!(stats.quota.map(|quota| quota.remaining()), Some(0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn stats(&self) -> LimiterFuture<'_, Result<LimiterStats, LimiterError>> {
+        let in_flight = self.in_flight();
+        let next = self.next_available_time().into_ready();
+        let quota = self.quota_status().into_ready();
+        let stats = move |next: Result<Instant, _>, quota: Result<_, _>| {
+            Ok(LimiterStats {
+                next_available: next?,
+                in_flight,
+                quota: quota?,
+            })
+        };
+        match (next, quota) {
+            (Ok(next), Ok(quota)) => LimiterFuture::ready(stats(next, quota)),
+            (next, quota) => LimiterFuture::new(async move {
+                let next = settled(next).await;
+                stats(next, settled(quota).await)
+            }),
+        }
+    }
+}
+
+/// The value of a future split by [`LimiterFuture::into_ready`].
+async fn settled<T>(answer: Result<T, LimiterFuture<'_, T>>) -> T {
+    match answer {
+        Ok(value) => value,
+        Err(pending) => pending.await,
     }
 }
 

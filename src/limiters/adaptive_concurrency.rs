@@ -91,6 +91,9 @@ struct Shared {
     slots: ConcurrencyLimiter,
     gradient: Mutex<Gradient>,
     base: Instant,
+    /// The gauge of a named limiter's limit.
+    #[cfg(feature = "metrics")]
+    gauge: Option<metrics::Gauge>,
 }
 
 /// The limit and the latencies it follows.
@@ -139,6 +142,8 @@ impl AdaptiveConcurrencyLimiter {
             min: 1,
             max: 1_000,
             tolerance: 2.0,
+            #[cfg(feature = "metrics")]
+            name: None,
         }
     }
 
@@ -176,6 +181,16 @@ impl AdaptiveConcurrencyLimiter {
 }
 
 impl Shared {
+    /// Sets the gauge of a named limiter to `limit` (feature `metrics`).
+    fn report(&self, limit: u32) {
+        #[cfg(feature = "metrics")]
+        if let Some(gauge) = &self.gauge {
+            gauge.set(limit);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = limit;
+    }
+
     fn nanos_since_base(&self) -> u64 {
         let since = Instant::now().saturating_duration_since(self.base);
         u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
@@ -188,15 +203,14 @@ impl Release for Shared {
         let latency = Duration::from_nanos(self.nanos_since_base().saturating_sub(token));
         // The call's own slot is still held: its permit's parts drop after.
         let in_flight = self.slots.running();
-        let limit = self
-            .gradient
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .sample(latency, in_flight, Instant::now());
+        // Held until the limit is set, so that changes reach the gauge in order.
+        let mut gradient = self.gradient.lock().unwrap_or_else(PoisonError::into_inner);
+        let limit = gradient.sample(latency, in_flight, Instant::now());
         // The limit is within min and max, both valid.
         let limit = limit as u32;
         if limit != self.slots.max_concurrent() && self.slots.set_max_concurrent(limit).is_ok() {
             tracing::trace!(limit, ?latency, "adaptive concurrency limit changed");
+            self.report(limit);
         }
     }
 
@@ -246,6 +260,10 @@ impl Limiter for AdaptiveConcurrencyLimiter {
     fn is_in_use(&self) -> bool {
         Arc::strong_count(&self.shared) > 1
     }
+    /// The running count, as [`running`](AdaptiveConcurrencyLimiter::running).
+    fn in_flight(&self) -> Option<u64> {
+        self.shared.slots.in_flight()
+    }
 }
 
 impl fmt::Debug for AdaptiveConcurrencyLimiter {
@@ -281,6 +299,8 @@ pub struct AdaptiveConcurrencyLimiterBuilder {
     min: u32,
     max: u32,
     tolerance: f64,
+    #[cfg(feature = "metrics")]
+    name: Option<String>,
 }
 
 impl AdaptiveConcurrencyLimiterBuilder {
@@ -329,6 +349,33 @@ impl AdaptiveConcurrencyLimiterBuilder {
         self
     }
 
+    /// Names the limiter, which then reports its limit through the
+    /// `metrics` facade: the gauge
+    /// `tower_limits_concurrency_limit{limiter="<name>"}`, set to the
+    /// initial limit when it is built and each time the limit changes (as
+    /// [`limit`](AdaptiveConcurrencyLimiter::limit) reads it). Unnamed (the
+    /// default), it reports nothing. A recorder must be installed when the
+    /// limiter is built.
+    ///
+    /// ```
+    /// use tower_limits::AdaptiveConcurrencyLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = AdaptiveConcurrencyLimiter::builder()
+    ///     .initial(10)
+    ///     .name("db") // tower_limits_concurrency_limit{limiter="db"} = 10
+    ///     .build()?;
+    /// assert_eq!(limiter.limit(), 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
     /// Builds the limiter.
     ///
     /// # Errors
@@ -358,18 +405,22 @@ impl AdaptiveConcurrencyLimiterBuilder {
             let rule = "must be at least 1";
             return Err(ConfigError::new("tolerance", self.tolerance, rule));
         }
-        Ok(AdaptiveConcurrencyLimiter {
-            shared: Arc::new(Shared {
-                slots: ConcurrencyLimiter::new(self.initial)?,
-                gradient: Mutex::new(Gradient {
-                    limit: f64::from(self.initial),
-                    min: f64::from(self.min),
-                    max: f64::from(self.max),
-                    tolerance: self.tolerance,
-                    base: LowestLatency::new(LATENCY_MEMORY, Instant::now()),
-                }),
-                base: Instant::now(),
+        let shared = Shared {
+            slots: ConcurrencyLimiter::new(self.initial)?,
+            gradient: Mutex::new(Gradient {
+                limit: f64::from(self.initial),
+                min: f64::from(self.min),
+                max: f64::from(self.max),
+                tolerance: self.tolerance,
+                base: LowestLatency::new(LATENCY_MEMORY, Instant::now()),
             }),
+            base: Instant::now(),
+            #[cfg(feature = "metrics")]
+            gauge: self.name.as_deref().map(super::gauge::concurrency_limit),
+        };
+        shared.report(self.initial);
+        Ok(AdaptiveConcurrencyLimiter {
+            shared: Arc::new(shared),
         })
     }
 }

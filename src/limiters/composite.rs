@@ -292,6 +292,15 @@ impl Limiter for CompositeLimiter {
     fn is_in_use(&self) -> bool {
         Arc::strong_count(&self.parts) > 1 || self.snapshot().iter().any(|part| part.is_in_use())
     }
+
+    /// The largest count of the parts that count running calls; `None` if
+    /// none does.
+    fn in_flight(&self) -> Option<u64> {
+        self.snapshot()
+            .iter()
+            .filter_map(|part| part.in_flight())
+            .max()
+    }
 }
 
 impl fmt::Debug for CompositeLimiter {

@@ -381,6 +381,11 @@ impl Limiter for ConcurrencyLimiter {
         Arc::strong_count(&self.state) > 1
     }
 
+    /// The running count, as [`running`](ConcurrencyLimiter::running).
+    fn in_flight(&self) -> Option<u64> {
+        Some(u64::from(self.running()))
+    }
+
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         self.state.slots.force_take(None, 1);
         LimiterFuture::ready(Ok(()))

@@ -391,6 +391,17 @@ impl<L: Limiter, F: Limiter> Limiter for Failover<L, F> {
         let fallback_in_use = self.inner.fallback().is_some_and(Limiter::is_in_use);
         Arc::strong_count(&self.inner) > 1 || fallback_in_use || self.inner.primary.is_in_use()
     }
+
+    /// The calls running on the store's grants and on the fallback's
+    /// together (both may run after an outage); `None` if neither counts
+    /// them.
+    fn in_flight(&self) -> Option<u64> {
+        let fallback = self.inner.fallback().and_then(Limiter::in_flight);
+        match (self.inner.primary.in_flight(), fallback) {
+            (None, None) => None,
+            (primary, fallback) => Some(primary.unwrap_or(0).saturating_add(fallback.unwrap_or(0))),
+        }
+    }
 }
 
 impl<L, F> Inner<L, F> {

@@ -138,6 +138,9 @@ struct KeyedInner<K, L> {
     idle_timeout: u64,
     hasher: RandomState,
     clock: Clock,
+    /// The live keys, for the gauge of a named keyed limiter.
+    #[cfg(feature = "metrics")]
+    keys: Option<super::gauge::KeyCount>,
 }
 
 /// A shard behind its lock, on cache lines of its own, so that threads
@@ -283,6 +286,8 @@ where
             max_keys: DEFAULT_MAX_KEYS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             clock: Clock::default(),
+            #[cfg(feature = "metrics")]
+            name: None,
         }
     }
 
@@ -408,6 +413,26 @@ where
             let entry = shard.entries.insert_unique(hash, entry, rehash);
             return Ok(use_place(Place::Limiter(entry.into_mut())));
         }
+        let before = shard.len();
+        let inserted = self.insert_new(shard, hash, key, form, use_place);
+        inner.keys_changed(before, shard.len());
+        inserted
+    }
+
+    /// [`with_place`](Self::with_place) for a key `shard` does not hold:
+    /// makes room for it if the shard is full, then holds it in `form`.
+    fn insert_new<T>(
+        &self,
+        shard: &mut Shard<K, L>,
+        hash: u64,
+        key: &K,
+        form: Form,
+        use_place: impl FnOnce(Place<'_, K, L>) -> T,
+    ) -> Result<T, KeysFull> {
+        let inner = &*self.inner;
+        let rehash_inline = |entry: &InlineEntry<K>| inner.hash(&entry.key);
+        let rehash = |entry: &Entry<K, L>| inner.hash(&entry.key);
+        let inline = inner.inline.as_ref();
         // The new key's use is stamped before the checkpoint, which counts it.
         shard.uses += 1;
         let stamp = shard.uses;
@@ -618,7 +643,10 @@ where
             .map(|shard| {
                 let mut shard = lock(&shard.0);
                 shard.checkpoint(now, inner.idle_timeout);
-                shard.evict_idle(now, inner.idle_timeout, inner.inline.as_ref())
+                let before = shard.len();
+                let forgotten = shard.evict_idle(now, inner.idle_timeout, inner.inline.as_ref());
+                inner.keys_changed(before, shard.len());
+                forgotten
             })
             .sum()
     }
@@ -653,6 +681,18 @@ impl<K, L> KeyedInner<K, L> {
         let bits = (hash >> 25) & u64::from(u32::MAX);
         let index = (bits * self.shards.len() as u64) >> 32;
         lock(&self.shards[index as usize].0)
+    }
+
+    /// A shard went from `before` keys to `after`: the keys gauge follows,
+    /// if the keyed limiter is named (feature `metrics`).
+    #[inline]
+    fn keys_changed(&self, before: usize, after: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(keys) = &self.keys {
+            keys.changed(before, after);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (before, after);
     }
 }
 
@@ -885,6 +925,8 @@ pub struct KeyedLimiterBuilder<K, L> {
     max_keys: usize,
     idle_timeout: Duration,
     clock: Clock,
+    #[cfg(feature = "metrics")]
+    name: Option<String>,
 }
 
 impl<K, L> KeyedLimiterBuilder<K, L> {
@@ -961,6 +1003,46 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
         self
     }
 
+    /// Names the keyed limiter, which then reports how many keys it holds
+    /// through the `metrics` facade: the gauge
+    /// `tower_limits_keys{limiter="<name>"}`, set to 0 when it is built and
+    /// to the number of live keys (as [`len`](KeyedLimiter::len) counts
+    /// them) whenever a key is added or forgotten. A decision on a key it
+    /// already holds does no gauge work. Keys never become labels.
+    ///
+    /// Unnamed (the default), it reports nothing. A recorder must be
+    /// installed when the keyed limiter is built.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A test recorder; in production, an exporter such as Prometheus's.
+    /// let recorder = DebuggingRecorder::new();
+    /// let snapshotter = recorder.snapshotter();
+    /// let template = GcraLimiter::new(10, Duration::from_secs(1))?;
+    /// let per_tenant = metrics::with_local_recorder(&recorder, || {
+    ///     KeyedLimiter::of(template).name("per-tenant").build()
+    /// })?;
+    /// for tenant in ["acme", "globex", "acme"] {
+    ///     drop(per_tenant.try_acquire(&tenant).await?);
+    /// }
+    /// let (key, _, _, keys) = snapshotter.snapshot().into_vec().remove(0);
+    /// assert_eq!(key.key().name(), "tower_limits_keys");
+    /// assert_eq!(keys, DebugValue::Gauge(2.0.into()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
     /// Validates the configuration and builds the keyed limiter.
     ///
     /// # Errors
@@ -1008,6 +1090,8 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
                 idle_timeout: duration_nanos(self.idle_timeout),
                 hasher: RandomState::new(),
                 clock: self.clock,
+                #[cfg(feature = "metrics")]
+                keys: self.name.as_deref().map(super::gauge::KeyCount::new),
             }),
         })
     }

@@ -10,6 +10,8 @@ mod delay;
 mod evenly_spaced;
 mod failover;
 mod fixed_window;
+#[cfg(feature = "metrics")]
+mod gauge;
 mod gcra;
 mod keyed;
 mod latency;

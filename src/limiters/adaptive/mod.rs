@@ -120,6 +120,9 @@ struct Adaptive<P> {
     /// The pace in force, as `f64` bits.
     applied: AtomicU64,
     base: Instant,
+    /// The gauge of a named limiter's rate.
+    #[cfg(feature = "metrics")]
+    gauge: Option<metrics::Gauge>,
 }
 
 /// The curve, when the pace last followed it, and the version of the
@@ -155,6 +158,8 @@ impl AdaptiveRateLimiter {
             burst: 1,
             decrease: 0.7,
             queueing_delay: None,
+            #[cfg(feature = "metrics")]
+            name: None,
         }
     }
 }
@@ -457,6 +462,10 @@ impl<P: Pacer> Adaptive<P> {
             && self.pacer.set_pace(period, self.burst).is_ok()
         {
             self.applied.store(rate.to_bits(), Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            if let Some(gauge) = &self.gauge {
+                gauge.set(rate);
+            }
         }
     }
 }
@@ -517,6 +526,9 @@ impl<P: Pacer> Limiter for AdaptiveRateLimiter<P> {
     fn settle(&self, permit: &mut Permit, actual: u32) {
         self.shared.pacer.settle(permit, actual);
     }
+    fn in_flight(&self) -> Option<u64> {
+        self.shared.pacer.in_flight()
+    }
 }
 
 impl<P: Pacer> fmt::Debug for AdaptiveRateLimiter<P> {
@@ -552,6 +564,8 @@ pub struct AdaptiveRateLimiterBuilder {
     burst: u32,
     decrease: f64,
     queueing_delay: Option<Duration>,
+    #[cfg(feature = "metrics")]
+    name: Option<String>,
 }
 
 impl AdaptiveRateLimiterBuilder {
@@ -644,6 +658,37 @@ impl AdaptiveRateLimiterBuilder {
     /// ```
     pub fn queueing_delay(mut self, delay: Duration) -> Self {
         self.queueing_delay = Some(delay);
+        self
+    }
+
+    /// Names the limiter, which then reports its rate through the `metrics`
+    /// facade: the gauge `tower_limits_adaptive_rate{limiter="<name>"}`, in
+    /// calls per second, set when it is built and each time the rate
+    /// changes (as [`current_rate`](AdaptiveRateLimiter::current_rate)
+    /// reads it). Unnamed (the default), it reports nothing. A recorder must
+    /// be installed when the limiter is built.
+    ///
+    /// This name is for metrics only; a limiter
+    /// [shared](Self::build_shared) through a store is named there too.
+    ///
+    /// ```
+    /// use tokio::time::Instant;
+    /// use tower_limits::{AdaptiveRateLimiter, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?)
+    ///     .name("search-api") // tower_limits_adaptive_rate{limiter="search-api"} = 100
+    ///     .build()?;
+    /// limiter.record_refusal(Instant::now()); // the gauge goes to 70
+    /// assert_eq!(limiter.current_rate(), 70.0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
         self
     }
 
@@ -748,6 +793,8 @@ impl AdaptiveRateLimiterBuilder {
             last_denial: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             base: now,
+            #[cfg(feature = "metrics")]
+            gauge: self.name.as_deref().map(super::gauge::adaptive_rate),
         };
         shared.apply(start);
         Ok(AdaptiveRateLimiter {

@@ -140,6 +140,9 @@ impl<S: CurveStore> Limiter for SharedPacer<S> {
     fn is_in_use(&self) -> bool {
         self.limiter.is_in_use()
     }
+    fn in_flight(&self) -> Option<u64> {
+        self.limiter.in_flight()
+    }
 }
 
 /// Maps this process's instants to Unix time and back, so that processes
