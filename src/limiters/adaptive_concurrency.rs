@@ -353,7 +353,9 @@ impl AdaptiveConcurrencyLimiterBuilder {
     /// `metrics` facade: the gauge
     /// `tower_limits_concurrency_limit{limiter="<name>"}`, set to the
     /// initial limit when it is built and each time the limit changes (as
-    /// [`limit`](AdaptiveConcurrencyLimiter::limit) reads it). Unnamed (the
+    /// [`limit`](AdaptiveConcurrencyLimiter::limit) reads it), and
+    /// `tower_limits_in_flight{limiter="<name>"}`, its running calls (as
+    /// [`ConcurrencyLimiter::name`] reports them). Unnamed (the
     /// default), it reports nothing. A recorder must be installed when the
     /// limiter is built.
     ///
@@ -405,8 +407,14 @@ impl AdaptiveConcurrencyLimiterBuilder {
             let rule = "must be at least 1";
             return Err(ConfigError::new("tolerance", self.tolerance, rule));
         }
+        let slots = ConcurrencyLimiter::new(self.initial)?;
+        #[cfg(feature = "metrics")]
+        let slots = match &self.name {
+            Some(name) => slots.name(name),
+            None => slots,
+        };
         let shared = Shared {
-            slots: ConcurrencyLimiter::new(self.initial)?,
+            slots,
             gradient: Mutex::new(Gradient {
                 limit: f64::from(self.initial),
                 min: f64::from(self.min),

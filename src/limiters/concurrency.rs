@@ -138,6 +138,33 @@ impl ConcurrencyLimiter {
         }
     }
 
+    /// Names the limiter, which then reports its running calls through the
+    /// `metrics` facade: the gauge `tower_limits_in_flight{limiter="<name>"}`,
+    /// set each time a call starts or completes. Unnamed (the default), it
+    /// reports nothing. Clones share the name; a limiter is named once (a
+    /// second name is ignored). A recorder must be installed when it is
+    /// named.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(4)?.name("db");
+    /// let _running = limiter.acquire().await?; // tower_limits_in_flight{limiter="db"} = 1
+    /// assert_eq!(limiter.running(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn name(self, name: &str) -> Self {
+        let gauge = super::gauge::in_flight(name);
+        gauge.set(f64::from(self.running()));
+        let _ = self.state.slots.in_flight.set(gauge);
+        self
+    }
+
     /// The configured maximum.
     ///
     /// ```
@@ -273,7 +300,12 @@ impl Release for ConcurrencyState {
 ///
 /// Every operation is `SeqCst`, as [`ReleaseEvent`] requires.
 #[derive(Default)]
-struct Slots(AtomicU64);
+struct Slots {
+    word: AtomicU64,
+    /// A named limiter's gauge of running calls, set after every change.
+    #[cfg(feature = "metrics")]
+    in_flight: std::sync::OnceLock<metrics::Gauge>,
+}
 
 /// The low half of a [`Slots`] word: the running count.
 const RUNNING: u64 = u32::MAX as u64;
@@ -281,7 +313,7 @@ const RUNNING: u64 = u32::MAX as u64;
 impl Slots {
     fn running(&self) -> u32 {
         // The low half holds the count: it fits.
-        u32::try_from(self.0.load(Ordering::SeqCst) & RUNNING).unwrap_or(u32::MAX)
+        u32::try_from(self.word.load(Ordering::SeqCst) & RUNNING).unwrap_or(u32::MAX)
     }
 
     /// Takes `cost` slots if that leaves at most `max` taken; returns the
@@ -326,10 +358,15 @@ impl Slots {
     /// Applies `change` atomically; the generation it applied to, if it did.
     #[inline]
     fn update(&self, change: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
-        self.0
+        let previous = self
+            .word
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, change)
-            .ok()
-            .map(|previous| previous >> 32)
+            .ok()?;
+        #[cfg(feature = "metrics")]
+        if let Some(gauge) = self.in_flight.get() {
+            super::gauge::publish(gauge, || u64::from(self.running()));
+        }
+        Some(previous >> 32)
     }
 }
 

@@ -48,16 +48,25 @@ impl KeyCount {
         self.publish();
     }
 
-    /// Sets the gauge to the count. Shards change it concurrently: a
-    /// caller that set a count another has changed since sets it again, so
-    /// the last value set is the count once changes stop.
     fn publish(&self) {
-        loop {
-            let live = self.live.load(Ordering::SeqCst);
-            self.gauge.set(live as f64);
-            if self.live.load(Ordering::SeqCst) == live {
-                return;
-            }
+        publish(&self.gauge, || self.live.load(Ordering::SeqCst));
+    }
+}
+
+/// `tower_limits_in_flight{limiter}`: a concurrency limiter's running calls.
+pub(crate) fn in_flight(name: &str) -> Gauge {
+    gauge!("tower_limits_in_flight", "limiter" => name.to_owned())
+}
+
+/// Sets `gauge` to the count `read` returns, which other threads change
+/// concurrently: a caller that set a count another has changed since sets
+/// it again, so the last value set is the count once changes stop.
+pub(crate) fn publish(gauge: &Gauge, read: impl Fn() -> u64) {
+    loop {
+        let count = read();
+        gauge.set(count as f64);
+        if read() == count {
+            return;
         }
     }
 }
