@@ -122,6 +122,31 @@ async fn stats_count_every_outcome() {
     assert_eq!(stats, expected);
 }
 
+/// A concurrency layer's stats count the calls its limiter has running:
+/// from the call until its response future ends.
+#[tokio::test(start_paused = true)]
+async fn stats_count_the_calls_in_flight() {
+    let limiter = tower_limits::ConcurrencyLimiter::new(4).unwrap();
+    let layer = tower_limits::ConcurrencyLimitLayer::new(limiter).name("db");
+    let mut service = layer.layer(service_fn(|wait: u64| async move {
+        tokio::time::sleep(ms(wait)).await;
+        Ok::<_, Infallible>(wait)
+    }));
+    let in_flight = || layer.stats().unwrap().in_flight;
+    assert_eq!(in_flight(), Some(0));
+    let short = service.ready().await.unwrap().call(10);
+    let long = service.ready().await.unwrap().call(20);
+    assert_eq!(
+        (in_flight(), service.stats().unwrap().in_flight),
+        (Some(2), Some(2))
+    );
+    short.await.unwrap();
+    assert_eq!(in_flight(), Some(1));
+    drop(long); // cancelled
+    assert_eq!(in_flight(), Some(0));
+    assert_eq!(layer.stats().unwrap().granted, 2);
+}
+
 /// The same traffic through a layer that enforces (reject mode) and one in
 /// shadow mode: the same decisions recorded, call by call; the shadow layer
 /// never refused nor delayed a call.

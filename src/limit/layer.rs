@@ -269,21 +269,6 @@ impl<L> LimitLayer<L> {
         self
     }
 
-    /// The decisions counted so far by every service of this layer, if it is
-    /// observed ([`name`](Self::name), [`on_decision`](Self::on_decision)
-    /// or [`shadow`](Self::shadow)); a few atomic reads.
-    ///
-    /// ```
-    /// use tower_limits::{LimitLayer, NullLimiter};
-    ///
-    /// assert_eq!(LimitLayer::new(NullLimiter).stats(), None);
-    /// let stats = LimitLayer::new(NullLimiter).name("x").stats().unwrap();
-    /// assert_eq!(stats.decisions(), 0);
-    /// ```
-    pub fn stats(&self) -> Option<super::LayerStats> {
-        self.options.stats()
-    }
-
     /// The limiter, shared with every service the layer builds.
     ///
     /// ```
@@ -328,6 +313,30 @@ impl<L> LimitLayer<L> {
     /// ```
     pub fn cost<C>(self, cost_of: C) -> CostLimitLayer<L, C> {
         CostLimitLayer::new(self.limiter, self.queue, self.options, cost_of)
+    }
+}
+
+impl<L: Limiter> LimitLayer<L> {
+    /// The decisions counted so far by every service of this layer, if it is
+    /// observed ([`name`](Self::name), [`on_decision`](Self::on_decision)
+    /// or [`shadow`](Self::shadow)), and the calls its limiter counts
+    /// running; a few atomic reads.
+    ///
+    /// ```
+    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, LimitLayer, NullLimiter};
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// assert_eq!(LimitLayer::new(NullLimiter).stats(), None);
+    /// let stats = LimitLayer::new(NullLimiter).name("x").stats().unwrap();
+    /// assert_eq!((stats.decisions(), stats.in_flight), (0, None));
+    ///
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?).name("db");
+    /// assert_eq!(layer.stats().unwrap().in_flight, Some(0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Option<super::LayerStats> {
+        self.options.stats_with(&self.limiter)
     }
 }
 

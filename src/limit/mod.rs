@@ -251,6 +251,13 @@ impl Options {
         self.observer.as_ref().map(|observer| observer.stats())
     }
 
+    /// The counts, if observed, with the calls `limiter` counts running.
+    pub(crate) fn stats_with(&self, limiter: &impl crate::limiter::Limiter) -> Option<LayerStats> {
+        let mut stats = self.stats()?;
+        stats.in_flight = limiter.in_flight();
+        Some(stats)
+    }
+
     fn observed_name(&self) -> Arc<str> {
         self.observer
             .as_ref()

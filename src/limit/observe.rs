@@ -155,6 +155,12 @@ pub struct LayerStats {
     pub failed: u64,
     /// Callers that went away while waiting.
     pub abandoned: u64,
+    /// Calls running now, as the layer's limiter counts them
+    /// ([`Limiter::in_flight`](crate::Limiter::in_flight): a concurrency
+    /// limiter does, a rate limiter does not), across everything that
+    /// shares the limiter. `None` where it does not count them, and on the
+    /// keyed and fair layers, whose limiters are many.
+    pub in_flight: Option<u64>,
     /// Callers waiting now.
     pub waiting: u64,
     /// The time admitted calls waited, in all.
@@ -325,6 +331,7 @@ impl Observer {
             elapsed: count(Outcome::Elapsed),
             failed: count(Outcome::Failed),
             abandoned: count(Outcome::Abandoned),
+            in_flight: None,
             waiting: self.waiting.load(Ordering::Relaxed),
             waited: Duration::from_nanos(self.waited_nanos.load(Ordering::Relaxed)),
         }

@@ -177,7 +177,7 @@ impl<S, L: Limiter> Limit<S, L> {
     /// # }
     /// ```
     pub fn stats(&self) -> Option<super::LayerStats> {
-        self.options.stats()
+        self.options.stats_with(&self.limiter)
     }
 }
 
