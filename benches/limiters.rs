@@ -20,8 +20,8 @@
 //! * `observe`: a layer observed (counted, traced, measured) beside the same
 //!   layer unobserved, with no subscriber or recorder installed.
 //! * `threads`: one limiter shared by 1 and 2 OS threads deciding at once,
-//!   beside tokio's `Semaphore` and governor: the slowest thread's time per
-//!   decision.
+//!   beside tokio's `Semaphore` (borrowed and owned permits) and governor:
+//!   the slowest thread's time per decision.
 //!
 //! Run with `cargo bench --bench limiters`.
 
@@ -375,8 +375,9 @@ fn on_threads(threads: usize, iterations: u64, decide: &(impl Fn() + Sync)) -> D
 }
 
 /// One limiter shared by 1 and 2 OS threads deciding at once, beside
-/// tokio's `Semaphore::try_acquire` (for the concurrency limiter) and
-/// governor's `check()` (for GCRA).
+/// tokio's `Semaphore::try_acquire` and `try_acquire_owned` (for the
+/// concurrency limiter, whose permits are owned) and governor's `check()`
+/// (for GCRA).
 fn threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads");
     for threads in [1, 2] {
@@ -384,6 +385,15 @@ fn threads(c: &mut Criterion) {
         let take = || drop(black_box(semaphore.try_acquire().expect("room")));
         group.bench_function(BenchmarkId::new("tokio_semaphore", threads), |b| {
             b.iter_custom(|iterations| on_threads(threads, iterations, &take))
+        });
+        // Owned, like our permits: an `Arc` clone and drop per call too.
+        let owned = std::sync::Arc::new(tokio::sync::Semaphore::new(UNBOUNDED as usize));
+        let take_owned = || {
+            let permit = std::sync::Arc::clone(&owned).try_acquire_owned();
+            drop(black_box(permit.expect("room")));
+        };
+        group.bench_function(BenchmarkId::new("tokio_semaphore_owned", threads), |b| {
+            b.iter_custom(|iterations| on_threads(threads, iterations, &take_owned))
         });
         let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
         group.bench_function(BenchmarkId::new("concurrency", threads), |b| {
