@@ -322,6 +322,10 @@ fn keyed(c: &mut Criterion) {
     group.finish();
 }
 
+/// The time sources. Decisions read the counter (`quanta_now`); an
+/// `Instant` from the fast clock (`clock_fast_now`) is read from the system
+/// clock, so that it agrees with tokio's timers however far the counter has
+/// drifted: limiters make one only for a denial or a snapshot.
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     group.bench_function("std_instant_now", |b| b.iter(std::time::Instant::now));

@@ -242,7 +242,9 @@ impl Clock {
         }
     }
 
-    /// The current time.
+    /// The current time. The fast clock reads it from the system's clock,
+    /// as tokio's timers do (its decisions read the counter instead), so an
+    /// instant from here is exact however far the counter has drifted.
     ///
     /// ```
     /// use std::time::Duration;
