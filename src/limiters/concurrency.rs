@@ -40,9 +40,19 @@ pub struct ConcurrencyLimiter {
     state: Arc<ConcurrencyState>,
 }
 
+/// The slot word, which every grant and release writes, shares its cache
+/// line with the `Arc`'s counts, which they write too; what every decision
+/// only reads sits on a line of its own, so that threads deciding at once do
+/// not take it from each other's caches.
+#[repr(C)]
 struct ConcurrencyState {
-    max_concurrent: AtomicU32,
     slots: Slots,
+    read_mostly: ReadMostly,
+}
+
+#[repr(align(128))]
+struct ReadMostly {
+    max_concurrent: AtomicU32,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
     released: ReleaseEvent,
@@ -98,9 +108,10 @@ impl ConcurrencyLimiter {
     pub fn set_max_concurrent(&self, max_concurrent: u32) -> Result<(), ConfigError> {
         validate(max_concurrent)?;
         self.state
+            .read_mostly
             .max_concurrent
             .store(max_concurrent, Ordering::SeqCst);
-        self.state.released.notify();
+        self.state.read_mostly.released.notify();
         Ok(())
     }
 
@@ -129,11 +140,13 @@ impl ConcurrencyLimiter {
     fn build(max_concurrent: u32, clock: Clock) -> Self {
         Self {
             state: Arc::new(ConcurrencyState {
-                max_concurrent: AtomicU32::new(max_concurrent),
                 slots: Slots::default(),
-                not_before: AtomicU64::new(0),
-                released: ReleaseEvent::new(),
-                clock,
+                read_mostly: ReadMostly {
+                    max_concurrent: AtomicU32::new(max_concurrent),
+                    not_before: AtomicU64::new(0),
+                    released: ReleaseEvent::new(),
+                    clock,
+                },
             }),
         }
     }
@@ -217,23 +230,23 @@ impl ConcurrencyState {
     /// `SeqCst`: a waiter's second look must see a raised maximum.
     #[inline]
     fn max(&self) -> u32 {
-        self.max_concurrent.load(Ordering::SeqCst)
+        self.read_mostly.max_concurrent.load(Ordering::SeqCst)
     }
 
     /// What a call costing `cost` would get now.
     fn peek(&self, cost: u32) -> Option<Denial> {
         if let Some(until) = self.paused_until() {
-            return Some(Denial::until(self.clock.instant_at(until)));
+            return Some(Denial::until(self.read_mostly.clock.instant_at(until)));
         }
         let fits = u64::from(self.slots.running()) + u64::from(cost) <= u64::from(self.max());
-        (!fits).then(|| Denial::until_released(self.released.listen()))
+        (!fits).then(|| Denial::until_released(self.read_mostly.released.listen()))
     }
 
     /// The pause's end, if one is in force now.
     #[inline]
     fn paused_until(&self) -> Option<u64> {
-        let not_before = self.not_before.load(Ordering::Acquire);
-        (not_before != 0 && self.clock.now_nanos() < not_before).then_some(not_before)
+        let not_before = self.read_mostly.not_before.load(Ordering::Acquire);
+        (not_before != 0 && self.read_mostly.clock.now_nanos() < not_before).then_some(not_before)
     }
 
     #[inline]
@@ -248,9 +261,9 @@ impl ConcurrencyState {
 
     #[cold]
     fn admit_or_listen(self: &Arc<Self>, cost: u32) -> Admission {
-        self.released.decide(|| {
+        self.read_mostly.released.decide(|| {
             if let Some(until) = self.paused_until() {
-                Admission::Denied(Denial::until(self.clock.instant_at(until)))
+                Admission::Denied(Denial::until(self.read_mostly.clock.instant_at(until)))
             } else if let Some(generation) = self.slots.try_take(self.max(), cost) {
                 self.grant(generation, cost)
             } else {
@@ -265,7 +278,7 @@ impl ConcurrencyState {
     fn resettle(&self, generation: u64, from: u32, to: u32) -> u32 {
         if to < from {
             if self.slots.release(Some(generation), u64::from(from - to)) {
-                self.released.notify();
+                self.read_mostly.released.notify();
             }
             return to;
         }
@@ -289,7 +302,7 @@ impl Release for ConcurrencyState {
     fn complete(self: Arc<Self>, token: u64) {
         let (generation, cost) = (token >> 32, token & RUNNING);
         if self.slots.release(Some(generation), cost) {
-            self.released.notify();
+            self.read_mostly.released.notify();
         }
     }
 }
@@ -382,7 +395,7 @@ impl crate::FreshLimiter for ConcurrencyLimiter {
     /// # }
     /// ```
     fn fresh(&self) -> Self {
-        Self::build(self.max_concurrent(), self.state.clock.clone())
+        Self::build(self.max_concurrent(), self.state.read_mostly.clock.clone())
     }
 }
 
@@ -430,7 +443,7 @@ impl Limiter for ConcurrencyLimiter {
 
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         if self.state.slots.release(None, 1) {
-            self.state.released.notify();
+            self.state.read_mostly.released.notify();
         }
         LimiterFuture::ready(Ok(()))
     }
@@ -438,22 +451,29 @@ impl Limiter for ConcurrencyLimiter {
     fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
         let state = &self.state;
         let at = state
+            .read_mostly
             .not_before
             .load(Ordering::Acquire)
-            .max(state.clock.now_nanos());
-        LimiterFuture::ready(Ok(state.clock.instant_at(at)))
+            .max(state.read_mostly.clock.now_nanos());
+        LimiterFuture::ready(Ok(state.read_mostly.clock.instant_at(at)))
     }
 
     fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        let nanos = self.state.clock.nanos_at(at);
-        self.state.not_before.fetch_max(nanos, Ordering::AcqRel);
+        let nanos = self.state.read_mostly.clock.nanos_at(at);
+        self.state
+            .read_mostly
+            .not_before
+            .fetch_max(nanos, Ordering::AcqRel);
         LimiterFuture::ready(Ok(()))
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         self.state.slots.clear();
-        self.state.not_before.store(0, Ordering::Release);
-        self.state.released.notify();
+        self.state
+            .read_mostly
+            .not_before
+            .store(0, Ordering::Release);
+        self.state.read_mostly.released.notify();
         LimiterFuture::ready(Ok(()))
     }
 }
