@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 use super::seq_cell::SeqCell;
@@ -24,8 +25,10 @@ use crate::quota_status::{QuotaStatus, search};
 #[repr(C)]
 pub(super) struct Cells {
     /// The theoretical arrival time, in nanoseconds since the clock's epoch;
-    /// 0 (or anything up to now) is a full bucket.
-    tat: AtomicU64,
+    /// 0 (or anything up to now) is a full bucket. Every grant writes it:
+    /// on a cache line of its own, threads deciding at once do not also
+    /// take from each other the line of what decisions only read.
+    tat: CachePadded<AtomicU64>,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
     /// The [`CellConfig`]: `T` and `B`, which [`retune`](Cells::retune)
@@ -73,7 +76,7 @@ impl Cells {
     fn with_tat(config: CellConfig, clock: Clock, tat: u64) -> Arc<Self> {
         Arc::new(Self {
             config: SeqCell::new(config.words()),
-            tat: AtomicU64::new(tat),
+            tat: CachePadded::new(AtomicU64::new(tat)),
             not_before: AtomicU64::new(0),
             reopened: ReleaseEvent::new(),
             clock,
