@@ -40,10 +40,11 @@ pub struct ConcurrencyLimiter {
     state: Arc<ConcurrencyState>,
 }
 
-/// The slot word, which every grant and release writes, shares its cache
-/// line with the `Arc`'s counts, which they write too; what every decision
-/// only reads sits on a line of its own, so that threads deciding at once do
-/// not take it from each other's caches.
+/// The slot word, which every grant and release writes, and what every
+/// decision only reads sit on cache lines of their own (the `Arc`'s counts,
+/// which grants and releases write too, on a third before them), so that
+/// threads deciding at once do not take the read-only line from each
+/// other's caches.
 #[repr(C)]
 struct ConcurrencyState {
     slots: Slots,
@@ -377,9 +378,18 @@ impl Slots {
             .ok()?;
         #[cfg(feature = "metrics")]
         if let Some(gauge) = self.in_flight.get() {
-            super::gauge::publish(gauge, || u64::from(self.running()));
+            self.publish(gauge);
         }
         Some(previous >> 32)
+    }
+
+    /// Sets a named limiter's gauge to the running count: out of line, so
+    /// that an unnamed limiter's decisions stay as small as without it.
+    #[cfg(feature = "metrics")]
+    #[cold]
+    #[inline(never)]
+    fn publish(&self, gauge: &metrics::Gauge) {
+        super::gauge::publish(gauge, || u64::from(self.running()));
     }
 }
 
