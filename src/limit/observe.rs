@@ -255,12 +255,25 @@ impl Observer {
     }
 
     /// Counts, reports and hooks one decision.
+    #[inline]
     fn record(&self, outcome: Outcome, cost: u32, waited: Duration) {
         self.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         if outcome == Outcome::Granted && !waited.is_zero() {
             let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
             self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
         }
+        #[cfg(feature = "metrics")]
+        self.metrics.record(outcome, waited);
+        if outcome != Outcome::Granted || self.hook.is_some() {
+            self.report(outcome, cost, waited);
+        }
+    }
+
+    /// Logs a decision that did not admit, and calls the hook: out of line,
+    /// so that a grant with no hook stays a count.
+    #[cold]
+    #[inline(never)]
+    fn report(&self, outcome: Outcome, cost: u32, waited: Duration) {
         if outcome != Outcome::Granted {
             tracing::debug!(
                 target: "tower_limits::admission",
@@ -271,8 +284,6 @@ impl Observer {
                 "not admitted"
             );
         }
-        #[cfg(feature = "metrics")]
-        self.metrics.record(outcome, waited);
         if let Some(hook) = &self.hook {
             hook(&Decision {
                 limiter: &self.name,
