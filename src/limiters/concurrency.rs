@@ -157,7 +157,8 @@ impl ConcurrencyLimiter {
     /// set each time a call starts or completes. Unnamed (the default), it
     /// reports nothing. Clones share the name; a limiter is named once (a
     /// second name is ignored). A recorder must be installed when it is
-    /// named.
+    /// named. Name it after [`with_clock`](Self::with_clock), whose fresh
+    /// state has no name.
     ///
     /// ```
     /// use tower_limits::{ConcurrencyLimiter, LimiterExt};
