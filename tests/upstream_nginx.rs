@@ -158,14 +158,18 @@ impl Served {
     }
 }
 
-/// Prints the rate nginx served and the adapted rate, second by second.
+/// Prints the rate nginx served and the adapted rate (where `rates` has
+/// it), second by second.
 fn print_seconds(log: &[Logged], start: f64, seconds: u32, rates: &[f64]) {
     for second in 0..seconds {
         let from = start + f64::from(second);
         let served = Served::between(log, from, from + 1.0);
-        let adapted = rates.get(second as usize).copied().unwrap_or(f64::NAN);
+        let adapted = rates
+            .get(second as usize)
+            .map(|rate| format!(", client rate {rate:6.1}/s"))
+            .unwrap_or_default();
         println!(
-            "  second {second:>2}: served {:>3}, refused {:>3}, client rate {adapted:6.1}/s",
+            "  second {second:>2}: served {:>3}, refused {:>3}{adapted}",
             served.ok, served.refused
         );
     }

@@ -16,7 +16,8 @@ pub(super) struct Tuning {
     pub(super) ceiling: f64,
     /// The factor a refusal multiplies the rate by.
     pub(super) decrease: f64,
-    /// The factor a queueing delay multiplies the rate by.
+    /// The factor the shortest queueing delay multiplies the rate by (a
+    /// longer one cuts more, up to `decrease`).
     pub(super) gentle_decrease: f64,
     /// CUBIC's `C`, in calls per second per second cubed.
     pub(super) growth: f64,
@@ -28,17 +29,23 @@ pub(super) struct Tuning {
 /// How long the lowest latency is remembered: the base latency is the
 /// lowest of this period and the one before.
 const LATENCY_MEMORY: Duration = Duration::from_secs(10);
-/// For this many times a queued call's latency after it, a shorter latency
-/// is the queue draining.
-const DRAINING: u32 = 4;
+/// The time a queue is given to drain: a call that waited a tenth of it in
+/// the upstream's queue cuts the rate by a tenth.
+const DRAIN: Duration = Duration::from_secs(1);
 
 /// What the upstream said about a call: the signals that move the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Signal {
     /// It refused (or throttled) a call sent at `sent_at`.
     Refused { sent_at: Instant },
-    /// It queued a call sent at `sent_at`, answered after `latency`.
-    Queued { sent_at: Instant, latency: Duration },
+    /// It queued a call sent at `sent_at`, answered after `latency`, of
+    /// which it waited `queued` in the upstream's queue (the latency above
+    /// the lowest recent one).
+    Queued {
+        sent_at: Instant,
+        latency: Duration,
+        queued: Duration,
+    },
     /// It stated its quota: calls per second.
     Stated { rate: f64 },
     /// Nothing may start before `until` (it asked for a pause).
@@ -97,24 +104,28 @@ impl CurveState {
 
     /// Moves the curve for `signal`; true if the rate changed. A refusal is
     /// a multiplicative decrease, once per overload; a queueing delay a
-    /// gentle one, with calls sent while the delayed call waited in the
-    /// same overload; a pause holds the climb until it ends; a stated quota
-    /// is adopted at once.
+    /// gentle one that the curve does not climb back from, with calls sent
+    /// while the delayed call waited in the same overload; a pause holds the
+    /// climb until it ends; a stated quota is adopted at once.
     pub(super) fn apply(&mut self, signal: Signal, tuning: &Tuning, now: Instant) -> bool {
         match signal {
             Signal::Refused { sent_at } => {
                 if covers(self.refused_until, sent_at) {
                     return false;
                 }
-                self.decrease(tuning, now, tuning.decrease);
+                self.decrease(tuning, now);
                 self.refused_until = Some(now);
                 self.queued_until = self.queued_until.max(Some(now));
             }
-            Signal::Queued { sent_at, latency } => {
+            Signal::Queued {
+                sent_at,
+                latency,
+                queued,
+            } => {
                 if covers(self.queued_until, sent_at) {
                     return false;
                 }
-                self.decrease(tuning, now, tuning.gentle_decrease);
+                self.settle_below(tuning, now, queued);
                 self.queued_until = Some(now + latency);
             }
             Signal::Paused { until } => {
@@ -138,11 +149,12 @@ impl CurveState {
         true
     }
 
-    /// Multiplies the rate by `factor` now; the curve climbs back from
-    /// there to the rate it had, or, when that was still below the last
+    /// Multiplies the rate by the refusal factor now; the curve climbs back
+    /// from there to the rate it had, or, when that was still below the last
     /// plateau (the limit went down), to a lower plateau between the two
     /// (CUBIC's fast convergence, RFC 9438 §4.7).
-    fn decrease(&mut self, tuning: &Tuning, now: Instant, factor: f64) {
+    fn decrease(&mut self, tuning: &Tuning, now: Instant) {
+        let factor = tuning.decrease;
         let rate = self.rate(tuning, now);
         let plateau = if rate < self.w_max {
             rate * (1.0 + factor) / 2.0
@@ -153,6 +165,22 @@ impl CurveState {
         self.w_max = plateau;
         // A pause in force still holds the climb (in whichever order the
         // refusal and its pause reached a shared curve).
+        self.origin = self.origin.max(now);
+    }
+
+    /// Cuts the rate by the share of [`DRAIN`] a call waited in the
+    /// upstream's queue (the queue drains in about that time), by
+    /// `gentle_decrease` at least and `decrease` at most, and makes the cut
+    /// rate the plateau: the upstream queued calls sent at the rate it had,
+    /// so the curve does not climb back to it; it only probes beyond, slowly
+    /// at first. (A fixed gentle cut that climbed back, as after a refusal,
+    /// held the rate above a leaky bucket's for seconds at a time, until its
+    /// queue overflowed.)
+    fn settle_below(&mut self, tuning: &Tuning, now: Instant, queued: Duration) {
+        let share = queued.as_secs_f64() / DRAIN.as_secs_f64();
+        let factor = (1.0 - share).clamp(tuning.decrease, tuning.gentle_decrease);
+        self.w_max = self.rate(tuning, now) * factor;
+        self.k = 0.0;
         self.origin = self.origin.max(now);
     }
 }
@@ -170,8 +198,9 @@ pub(super) struct Curve {
     pub(super) tuning: Tuning,
     pub(super) state: CurveState,
     latency: LowestLatency,
-    /// When a call was last found queued, and its latency.
-    last_queued: Option<(Instant, Duration)>,
+    /// The lowest latency of the calls found queued since the last signal
+    /// of queueing; `None` once a call was not queued (the queue drained).
+    queue_low: Option<Duration>,
 }
 
 impl Curve {
@@ -181,7 +210,7 @@ impl Curve {
             tuning,
             state: CurveState::new(start, now),
             latency: LowestLatency::new(LATENCY_MEMORY, now),
-            last_queued: None,
+            queue_low: None,
         }
     }
 
@@ -203,9 +232,10 @@ impl Curve {
 
     /// The signal of a call sent at `sent_at` that succeeded after
     /// `latency`: queued, if that is the queueing delay above the lowest
-    /// recent latency or more, and, shortly after the last call found
-    /// queued, longer than its latency (a queue that is draining after a
-    /// cut is not a new overload; one that grows again is).
+    /// recent latency or more, and, while the upstream's queue has not
+    /// drained since the last such signal, the queueing delay above the
+    /// lowest latency of its calls since (a queue that drains or holds
+    /// after a cut is not a new overload; one that grows again is).
     pub(super) fn success(
         &mut self,
         sent_at: Instant,
@@ -214,14 +244,22 @@ impl Curve {
     ) -> Option<Signal> {
         let delay = self.tuning.queueing_delay?;
         let base = self.latency.observe(latency, now);
-        let draining = self
-            .last_queued
-            .is_some_and(|(at, last)| latency <= last && now < at + last * DRAINING);
-        if latency <= base.saturating_add(delay) || draining {
+        if latency <= base.saturating_add(delay) {
+            self.queue_low = None;
             return None;
         }
-        self.last_queued = Some((now, latency));
-        Some(Signal::Queued { sent_at, latency })
+        if let Some(low) = self.queue_low
+            && latency <= low.saturating_add(delay)
+        {
+            self.queue_low = Some(low.min(latency));
+            return None;
+        }
+        self.queue_low = Some(latency);
+        Some(Signal::Queued {
+            sent_at,
+            latency,
+            queued: latency.saturating_sub(base),
+        })
     }
 }
 
@@ -333,13 +371,79 @@ mod tests {
         assert!(!success(&mut curve, ms(0), ms(5)));
         assert!(!success(&mut curve, ms(0), ms(24)), "within the delay");
         assert!(success(&mut curve, ms(0), ms(60)));
-        assert!((curve.rate(start + ms(60)) - 19.4).abs() < 1e-3);
+        // It waited 55 ms above the base: 5.5 % slower.
+        assert!((curve.rate(start + ms(60)) - 18.9).abs() < 1e-3);
         // Calls sent while the delayed call waited are the same overload,
         // and so are later ones while the queue drains.
         assert!(!success(&mut curve, ms(30), ms(70)));
         assert!(!success(&mut curve, ms(121), ms(50)));
         assert!(success(&mut curve, ms(121), ms(80)), "the queue grew again");
+        // A queue that drains or holds, however long, is not a new overload.
+        assert!(!success(&mut curve, ms(300), ms(65)));
+        assert!(!success(&mut curve, ms(2_000), ms(84)));
+        assert!(success(&mut curve, ms(2_100), ms(86)), "it grew from 65");
+        // Once it drained, queueing again is a new overload.
+        assert!(!success(&mut curve, ms(2_300), ms(5)));
+        assert!(success(&mut curve, ms(2_400), ms(40)));
         // A refusal of a call sent during the queueing is a new signal.
         assert!(curve.apply(refused(start + ms(150)), start + ms(182)));
+    }
+
+    #[test]
+    fn a_queueing_delay_does_not_climb_back_to_the_rate_that_queued() {
+        let start = Instant::now();
+        let mut curve = Curve::new(20.0, tuning(), start);
+        let queued = Signal::Queued {
+            sent_at: start,
+            latency: Duration::from_millis(65),
+            queued: Duration::from_millis(60),
+        };
+        assert!(curve.apply(queued, start));
+        assert!((curve.rate(start) - 18.8).abs() < 1e-9, "6 % for 60 ms");
+        // Flat at the cut rate at first (a refusal's curve would be back
+        // near 20 by now), then probing beyond it.
+        assert!(curve.rate(start + secs(0.5)) < 18.9);
+        assert!((curve.rate(start + secs(1.0)) - 19.2).abs() < 1e-9);
+        assert!(curve.rate(start + secs(2.0)) > 21.5);
+        // A refusal then climbs back to the rate refused, not below it.
+        let refused_at = start + secs(1.0);
+        assert!(curve.apply(refused(refused_at), refused_at));
+        let k = (19.2_f64 * 0.3 / 0.4).cbrt();
+        assert!((curve.rate(refused_at + secs(k)) - 19.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_longer_a_call_queued_the_more_the_rate_is_cut() {
+        let cut = |queued_ms: u64| {
+            let start = Instant::now();
+            let mut curve = Curve::new(100.0, tuning(), start);
+            let queued = Duration::from_millis(queued_ms);
+            let signal = Signal::Queued {
+                sent_at: start,
+                latency: queued,
+                queued,
+            };
+            assert!(curve.apply(signal, start));
+            curve.rate(start)
+        };
+        assert!((cut(5) - 97.0).abs() < 1e-9, "gently at least");
+        assert!((cut(200) - 80.0).abs() < 1e-9);
+        assert!((cut(900) - 70.0).abs() < 1e-9, "as a refusal at most");
+    }
+
+    #[test]
+    fn a_refusal_below_the_last_plateau_lowers_it() {
+        let start = Instant::now();
+        let mut curve = Curve::new(100.0, tuning(), start);
+        curve.apply(refused(start), start);
+        // Refused again at about 70, below the 100 of the last refusal: the
+        // limit went down, and the new plateau is between the two (85 % of
+        // the rate refused), not the rate refused.
+        let again = start + secs(0.001);
+        let plateau = curve.rate(again) * 0.85;
+        assert!(curve.apply(refused(again), again));
+        let rate = curve.rate(again);
+        let k = ((plateau - rate) / 0.4).cbrt();
+        assert!((curve.rate(again + secs(k)) - plateau).abs() < 0.01);
     }
 }

@@ -66,8 +66,12 @@ const NEGLIGIBLE: f64 = 0.001;
 /// * with [`queueing_delay`](AdaptiveRateLimiterBuilder::queueing_delay),
 ///   a success whose latency exceeds the lowest recent latency by that much
 ///   means the upstream queued it (a leaky bucket that delays before it
-///   refuses, an overloaded server): the rate is cut gently (× 0.97) before
-///   any refusal.
+///   refuses, an overloaded server): before any refusal, the rate is cut by
+///   the share of a second the call waited in the upstream's queue (its
+///   latency above the lowest), so that the queue drains in about a
+///   second: by 3 % at least and by `decrease` at most. The curve does not
+///   climb back to the rate that queued: it probes beyond the cut rate,
+///   slowly at first.
 ///
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
 /// as it is: [`FeedbackLayer`](crate::http::FeedbackLayer) pauses the
@@ -221,8 +225,8 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     /// limiter.record_success(sent); // 5 ms: the base latency
     /// let sent = Instant::now();
     /// advance(Duration::from_millis(80)).await;
-    /// limiter.record_success(sent); // 80 ms: queued upstream
-    /// assert_eq!(limiter.current_rate(), 19.4);
+    /// limiter.record_success(sent); // 80 ms: queued upstream for 75 ms
+    /// assert_eq!(limiter.current_rate(), 18.5); // 7.5 % slower
     /// # Ok(())
     /// # }
     /// ```
@@ -638,9 +642,10 @@ impl AdaptiveRateLimiterBuilder {
         self
     }
 
-    /// Slows down a little (× 0.97) when a call's latency exceeds the lowest
-    /// recent latency by `delay`: the upstream is queueing calls, as a
-    /// leaky bucket that delays before it refuses does. Off by default:
+    /// Slows down when a call's latency exceeds the lowest recent latency
+    /// by `delay`: the upstream is queueing calls, as a leaky bucket that
+    /// delays before it refuses does. The rate is cut by the share of a
+    /// second the call waited (3 % at least, `decrease` at most). Off by default:
     /// pick a `delay` well above the upstream's normal jitter (it suits
     /// upstreams whose latency is steady; not one whose answers take
     /// seconds more or less).
