@@ -30,7 +30,7 @@ fn live_bytes(region: &Region<'_, System>) -> isize {
 /// Floods `keyed` with a million distinct keys, each used once by `use_key`;
 /// asserts that the bound holds on the way and is used, and that memory
 /// after the flood is what the bound's keys took, give or take the maps'
-/// spare capacity. The live bytes a key after the flood.
+/// spare capacity (a table may double once). The live bytes a key after the flood.
 fn flood<L>(keyed: &KeyedLimiter<u64, L>, use_key: impl Fn(u64)) -> isize
 where
     L: Limiter + Clone,
@@ -53,8 +53,14 @@ where
     eprintln!(
         "live bytes: {at_bound} at {BOUND} keys, {after_flood} after 1,000,000 keys ({per_key} bytes a key)"
     );
+    // The shards' tables double once after the bound is reached: hashbrown
+    // grows a table more than half full instead of clearing its tombstones
+    // in place. For the inline keys that is 278,528 bytes in every run,
+    // while the bytes at the bound vary with the hasher's seed (267k to
+    // 302k measured), so 2x failed when they came out low (2.04x in CI).
+    // Memory that grew with the keys would be 100x here.
     assert!(
-        after_flood <= at_bound * 2,
+        after_flood <= at_bound * 5 / 2,
         "memory grew past the bound: {at_bound} bytes at the bound, {after_flood} after the flood"
     );
     per_key
