@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -48,10 +49,9 @@ pub struct ConcurrencyLimiter {
 #[repr(C)]
 struct ConcurrencyState {
     slots: Slots,
-    read_mostly: ReadMostly,
+    read_mostly: CachePadded<ReadMostly>,
 }
 
-#[repr(align(128))]
 struct ReadMostly {
     max_concurrent: AtomicU32,
     /// Nanoseconds since the clock's epoch before which nothing starts.
@@ -142,12 +142,12 @@ impl ConcurrencyLimiter {
         Self {
             state: Arc::new(ConcurrencyState {
                 slots: Slots::default(),
-                read_mostly: ReadMostly {
+                read_mostly: CachePadded::new(ReadMostly {
                     max_concurrent: AtomicU32::new(max_concurrent),
                     not_before: AtomicU64::new(0),
                     released: ReleaseEvent::new(),
                     clock,
-                },
+                }),
             }),
         }
     }
