@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::shared::spawn_or_warn;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
+use crate::store::late::until_applied;
 use crate::store::{LeaseStore, MAX_LEASES, MemoryStore, WindowDecision};
 
 /// At most `max` calls running at once across every process sharing the
@@ -244,8 +245,9 @@ impl<S: LeaseStore> LeaseShared<S> {
             None => {
                 let shared = Arc::clone(&self);
                 spawn_or_warn(&self.name, "release a lease", async move {
-                    let result = shared.store.release(&shared.key, lease, cost).await;
-                    shared.released_lease(result);
+                    let release = || shared.store.release(&shared.key, lease, cost);
+                    until_applied(&shared.name, "release a lease before its TTL", release).await;
+                    shared.released.notify();
                 });
             }
         }

@@ -14,6 +14,7 @@ use crate::limiter::{
 };
 use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
+use crate::store::late::until_applied;
 use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// At most `max_executions` starts in any sliding `window`, with the classic
@@ -334,8 +335,13 @@ fn adjust_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, adjustment: Adj
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
-                let result = shared.adjustment(adjustment).await;
-                shared.adjusted(result);
+                let adjust = || shared.adjustment(adjustment);
+                if until_applied(&shared.name, "adjust recorded starts", adjust)
+                    .await
+                    .is_some()
+                {
+                    shared.released.notify();
+                }
             });
         }
         Err(_) => {

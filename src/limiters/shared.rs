@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
 use crate::quota_status::QuotaStatus;
+use crate::store::late::until_applied;
 use crate::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
 
 /// A GCRA, token bucket, fixed window or sliding window counter limit kept
@@ -196,8 +197,13 @@ impl<S: QuotaStore> Shared<S> {
             Err(_unpolled) => {
                 let shared = Arc::clone(self);
                 spawn_or_warn(&self.name, "adjust a grant", async move {
-                    let result = shared.store.adjust(&shared.key, &quota, ticket, from, to);
-                    shared.adjusted(result.await);
+                    let adjust = || shared.store.adjust(&shared.key, &quota, ticket, from, to);
+                    if until_applied(&shared.name, "adjust a grant", adjust)
+                        .await
+                        .is_some()
+                    {
+                        shared.released.notify();
+                    }
                 });
                 None
             }

@@ -25,6 +25,8 @@ pub struct StoreError {
     backend: &'static str,
     kind: StoreErrorKind,
     detail: String,
+    /// Known not to have reached the store, or to have been rolled back.
+    unapplied: bool,
 }
 
 /// Why a [`StoreError`] happened.
@@ -62,7 +64,25 @@ impl StoreError {
             backend,
             kind,
             detail: detail.into(),
+            unapplied: false,
         }
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
+    /// The same error, for a request known to have changed nothing: it
+    /// never reached the store, or the store rolled it back. Such a request
+    /// can be sent again without being applied twice.
+    pub(crate) fn not_applied(self) -> Self {
+        Self {
+            unapplied: true,
+            ..self
+        }
+    }
+
+    /// Whether the request is known to have changed nothing (see
+    /// [`not_applied`](Self::not_applied)); `false` when it may have.
+    pub(crate) fn was_not_applied(&self) -> bool {
+        self.unapplied
     }
 
     /// The store did not answer within `timeout`.

@@ -89,6 +89,7 @@
 
 pub(crate) mod curve;
 mod error;
+pub(crate) mod late;
 mod lease;
 mod memory;
 mod memory_curve;

@@ -1,23 +1,24 @@
 //! [`CurveStore`] for [`PostgresStore`]: `curve.sql`.
 
-use super::{PostgresKey, PostgresStore};
+use super::reply::Reply;
+use super::{Params, PostgresKey, PostgresStore, StatementName};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::store::curve::CURVE_TTL;
+use crate::store::late::Late;
 use crate::store::{CurveRecord, CurveStore, StoreError};
 
 impl PostgresStore {
-    /// Runs `op` of the curve function with `args`.
-    fn curve_op<'a>(
-        &'a self,
-        key: &'a PostgresKey,
+    /// Runs `op` of the curve function with `args`; its reply.
+    fn curve_op(
+        &self,
+        key: &PostgresKey,
         op: &'static str,
         args: Vec<i64>,
-    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let statement = &self.inner.statements.curve;
-            self.run(statement, &[&op, &key.name, &args]).await
-        })
+    ) -> LimiterFuture<'static, Result<Vec<i64>, LimiterError>> {
+        let params: Params = vec![Box::new(op), Box::new(key.name.clone()), Box::new(args)];
+        let read = |reply: Reply<'_>| Ok(reply.0.to_vec());
+        self.run(StatementName::Curve, params, read, Late::Drop)
     }
 }
 

@@ -5,9 +5,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::reply::{Reply, micros, micros_until, signed};
-use super::{PostgresKey, PostgresStore};
+use super::{Params, PostgresKey, PostgresStore, StatementName};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::store::late::{self, Late};
 use crate::store::{LeaseStore, StoreError, WindowDecision, lease_names, names_of_all};
 
 /// `args`, then the lease `names` as the table stores them.
@@ -21,20 +22,23 @@ fn with_names(
 
 impl PostgresStore {
     /// Runs `op` of the lease function with `args` (unless they could not
-    /// be made), then reads its reply with `read`.
-    fn leases<'a, T: Send + 'a>(
-        &'a self,
-        key: &'a PostgresKey,
+    /// be made), then reads its reply with `read`; a late reply goes where
+    /// `late` says.
+    fn leases<T: Send + 'static>(
+        &self,
+        key: &PostgresKey,
         op: &'static str,
         args: Result<Vec<i64>, LimiterError>,
-        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'a,
-    ) -> LimiterFuture<'a, Result<T, LimiterError>> {
-        LimiterFuture::new(async move {
-            let args = args?;
-            let statement = &self.inner.statements.leases;
-            let reply = self.run(statement, &[&op, &key.name, &args]).await?;
-            Ok(read(Reply(&reply))?)
-        })
+        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        match args {
+            Ok(args) => {
+                let params: Params = vec![Box::new(op), Box::new(key.name.clone()), Box::new(args)];
+                self.run(StatementName::Leases, params, read, late)
+            }
+            Err(error) => LimiterFuture::ready(Err(error)),
+        }
     }
 }
 
@@ -57,12 +61,14 @@ impl LeaseStore for PostgresStore {
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let args = vec![i64::from(max), micros(ttl), i64::from(cost)];
         let args = with_names(args, lease_names(lease, cost));
-        self.leases(key, "lease", args, move |r| {
+        let read = move |r: Reply<'_>| {
             if r.0 == [1] {
                 return Ok(WindowDecision::Granted { ticket: lease });
             }
             r.decision()
-        })
+        };
+        let undo = late::undo_lease(self, key, cost, key.name.clone());
+        self.leases(key, "lease", args, read, undo)
     }
 
     fn renew<'a>(
@@ -72,7 +78,7 @@ impl LeaseStore for PostgresStore {
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
         let args = with_names(vec![micros(ttl)], names_of_all(leases));
-        self.leases(key, "renew", args, |r| r.count())
+        self.leases(key, "renew", args, |r| r.count(), Late::Drop)
     }
 
     fn release<'a>(
@@ -82,14 +88,14 @@ impl LeaseStore for PostgresStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let args = with_names(Vec::new(), lease_names(lease, cost));
-        self.leases(key, "release", args, |_| Ok(()))
+        self.leases(key, "release", args, |_| Ok(()), Late::Patient)
     }
 
     fn leases_held<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        self.leases(key, "held", Ok(Vec::new()), |r| r.count())
+        self.leases(key, "held", Ok(Vec::new()), |r| r.count(), Late::Drop)
     }
 
     fn pause_leases<'a>(
@@ -97,20 +103,22 @@ impl LeaseStore for PostgresStore {
         key: &'a PostgresKey,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.leases(key, "pause", Ok(vec![micros_until(at)]), |_| Ok(()))
+        let args = Ok(vec![micros_until(at)]);
+        self.leases(key, "pause", args, |_| Ok(()), Late::Drop)
     }
 
     fn paused_until<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        self.leases(key, "paused", Ok(Vec::new()), |r| r.optional_instant())
+        let read = |r: Reply<'_>| r.optional_instant();
+        self.leases(key, "paused", Ok(Vec::new()), read, Late::Drop)
     }
 
     fn clear_leases<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.leases(key, "clear", Ok(Vec::new()), |_| Ok(()))
+        self.leases(key, "clear", Ok(Vec::new()), |_| Ok(()), Late::Drop)
     }
 }

@@ -27,8 +27,11 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
+use self::reply::Reply;
+use super::late::{self, Late};
 use super::{StoreError, StoreErrorKind};
 use crate::error::LimiterError;
+use crate::limiter::LimiterFuture;
 
 const BACKEND: &str = "postgres";
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -104,6 +107,51 @@ struct Inner {
     statements: Statements,
 }
 
+/// Which of the [`Statements`] a call runs.
+#[derive(Clone, Copy, Debug)]
+enum StatementName {
+    SlidingLog,
+    Cells,
+    FixedWindow,
+    SlidingWindowCounter,
+    Leases,
+    Curve,
+}
+
+/// A statement's parameters, owned, so that a call can outlive its caller
+/// (see [`late`]).
+type Params = Vec<Box<dyn ToSql + Send + Sync>>;
+
+impl Inner {
+    /// Runs `statement` with `params`; the first column of its one row. A
+    /// connection that comes from the pool past `deadline` is not used.
+    async fn query<T>(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+        deadline: Option<std::time::Instant>,
+    ) -> Result<T, StoreError>
+    where
+        T: for<'r> tokio_postgres::types::FromSql<'r>,
+    {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        if deadline.is_some_and(|deadline| std::time::Instant::now() > deadline) {
+            return Err(StoreError::timeout(BACKEND, self.timeout).not_applied());
+        }
+        let prepared = client
+            .prepare_cached(statement)
+            .await
+            .map_err(|error| query_error(error).not_applied())?;
+        let row = client
+            .query_one(&prepared, params)
+            .await
+            .map_err(query_error)?;
+        row.try_get::<_, T>(0).map_err(|error| {
+            StoreError::bad_reply(BACKEND, format!("{statement} answered {row:?}: {error}"))
+        })
+    }
+}
+
 /// The one statement of each strategy.
 struct Statements {
     sliding_log: String,
@@ -129,6 +177,17 @@ impl Statements {
             leases: call("leases", 3),
             curve: call("curve", 3),
             cleanup: call("cleanup", 1),
+        }
+    }
+
+    fn get(&self, name: StatementName) -> &str {
+        match name {
+            StatementName::SlidingLog => &self.sliding_log,
+            StatementName::Cells => &self.cells,
+            StatementName::FixedWindow => &self.fixed_window,
+            StatementName::SlidingWindowCounter => &self.sliding_window_counter,
+            StatementName::Leases => &self.leases,
+            StatementName::Curve => &self.curve,
         }
     }
 }
@@ -260,32 +319,36 @@ impl PostgresStore {
         T: for<'r> tokio_postgres::types::FromSql<'r>,
     {
         let timeout = self.inner.timeout;
-        let work = async {
-            let client = self.inner.pool.get().await.map_err(pool_error)?;
-            let prepared = client
-                .prepare_cached(statement)
-                .await
-                .map_err(query_error)?;
-            let row = client
-                .query_one(&prepared, params)
-                .await
-                .map_err(query_error)?;
-            row.try_get::<_, T>(0).map_err(|error| {
-                StoreError::bad_reply(BACKEND, format!("{statement} answered {row:?}: {error}"))
-            })
-        };
+        let work = self.inner.query(statement, params, None);
         tokio::time::timeout(timeout, work)
             .await
             .map_err(|_| StoreError::timeout(BACKEND, timeout))?
     }
 
-    /// Runs a strategy's function; its reply, an array of integers.
-    async fn run(
+    /// Runs a strategy's function with `params`, and reads its reply (an
+    /// array of integers) with `read`. A reply that comes after the caller
+    /// stopped waiting goes where `late` says; a call whose caller gave up
+    /// before a pooled connection was free is not sent.
+    fn run<T: Send + 'static>(
         &self,
-        statement: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<i64>, LimiterError> {
-        Ok(self.query::<Vec<i64>>(statement, params).await?)
+        statement: StatementName,
+        params: Params,
+        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let inner = Arc::clone(&self.inner);
+        let timeout = inner.timeout;
+        let deadline = std::time::Instant::now() + late.caller_wait(timeout);
+        let work = async move {
+            let params: Vec<&(dyn ToSql + Sync)> = params
+                .iter()
+                .map(|param| param.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let statement = inner.statements.get(statement);
+            let reply: Vec<i64> = inner.query(statement, &params, Some(deadline)).await?;
+            read(Reply(&reply))
+        };
+        LimiterFuture::new(async move { Ok(late::answer(BACKEND, timeout, late, work).await?) })
     }
 
     /// Creates the schema, its tables and functions, in one transaction
@@ -484,16 +547,24 @@ fn query_error(error: tokio_postgres::Error) -> StoreError {
     } else {
         ""
     };
-    StoreError::new(
+    let error = StoreError::new(
         BACKEND,
         kind,
         format!("{}: {}{hint}", code.code(), db.message()),
-    )
+    );
+    // A statement the server refused or cancelled (a statement timeout, a
+    // lock timeout, a serialization failure) was rolled back; one whose
+    // connection broke may have committed.
+    if kind == StoreErrorKind::Unavailable {
+        error
+    } else {
+        error.not_applied()
+    }
 }
 
 /// The store error for a connection the pool could not give.
 fn pool_error(error: PoolError) -> StoreError {
-    match error {
+    let error = match error {
         PoolError::Backend(error) => query_error(error),
         PoolError::Timeout(_) => StoreError::new(
             BACKEND,
@@ -501,7 +572,9 @@ fn pool_error(error: PoolError) -> StoreError {
             "no connection from the pool in time; is the database overloaded or the pool too small?",
         ),
         other => StoreError::new(BACKEND, StoreErrorKind::Unavailable, other.to_string()),
-    }
+    };
+    // Nothing was sent without a connection.
+    error.not_applied()
 }
 
 impl fmt::Debug for PostgresStore {

@@ -4,50 +4,61 @@
 use tokio::time::Instant;
 
 use super::reply::{Reply, micros, micros_until, signed};
-use super::{PostgresKey, PostgresStore};
+use super::{Params, PostgresKey, PostgresStore, StatementName};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
+use crate::store::late::{self, Late};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl PostgresStore {
     /// Runs `op` of `quota`'s function with `args`, then reads its reply
-    /// with `read`.
-    fn quota_op<'a, T: Send + 'a>(
-        &'a self,
-        key: &'a PostgresKey,
-        quota: &'a Quota,
+    /// with `read`; a late reply goes where `late` says.
+    fn quota_op<T: Send + 'static>(
+        &self,
+        key: &PostgresKey,
+        quota: &Quota,
         op: &'static str,
         args: Vec<i64>,
-        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'a,
-    ) -> LimiterFuture<'a, Result<T, LimiterError>> {
-        LimiterFuture::new(async move {
-            let statements = &self.inner.statements;
-            let name = &key.name;
-            let reply = match quota.kind() {
-                QuotaKind::Cells { interval, burst } => {
-                    let tick = interval.as_secs_f64() * 1e6;
-                    let burst = i64::from(burst);
-                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-                        [&op, name, &tick, &burst, &args];
-                    self.run(&statements.cells, &params).await?
-                }
-                QuotaKind::FixedWindow { max, window } => {
-                    let (max, window) = (i64::from(max), micros(window));
-                    let statement = &statements.fixed_window;
-                    self.run(statement, &[&op, name, &max, &window, &args])
-                        .await?
-                }
-                QuotaKind::SlidingWindowCounter { max, window } => {
-                    let (max, window) = (i64::from(max), micros(window));
-                    let statement = &statements.sliding_window_counter;
-                    self.run(statement, &[&op, name, &max, &window, &args])
-                        .await?
-                }
-            };
-            Ok(read(Reply(&reply))?)
-        })
+        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let name = key.name.clone();
+        let (statement, params): (_, Params) = match quota.kind() {
+            QuotaKind::Cells { interval, burst } => {
+                let tick = interval.as_secs_f64() * 1e6;
+                let burst = i64::from(burst);
+                let params: Params = vec![
+                    Box::new(op),
+                    Box::new(name),
+                    Box::new(tick),
+                    Box::new(burst),
+                    Box::new(args),
+                ];
+                (StatementName::Cells, params)
+            }
+            QuotaKind::FixedWindow { max, window } => (
+                StatementName::FixedWindow,
+                window_params(op, name, max, micros(window), args),
+            ),
+            QuotaKind::SlidingWindowCounter { max, window } => (
+                StatementName::SlidingWindowCounter,
+                window_params(op, name, max, micros(window), args),
+            ),
+        };
+        self.run(statement, params, read, late)
     }
+}
+
+/// The parameters of a window quota's function.
+fn window_params(op: &'static str, name: String, max: u32, window: i64, args: Vec<i64>) -> Params {
+    vec![
+        Box::new(op),
+        Box::new(name),
+        Box::new(i64::from(max)),
+        Box::new(window),
+        Box::new(args),
+    ]
 }
 
 impl QuotaStore for PostgresStore {
@@ -70,9 +81,9 @@ impl QuotaStore for PostgresStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        self.quota_op(key, quota, "acquire", vec![i64::from(cost)], |r| {
-            r.decision()
-        })
+        let undo = late::undo_grant(self, key, *quota, cost, key.name.clone());
+        let args = vec![i64::from(cost)];
+        self.quota_op(key, quota, "acquire", args, |r| r.decision(), undo)
     }
 
     fn look<'a>(
@@ -81,7 +92,8 @@ impl QuotaStore for PostgresStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        self.quota_op(key, quota, "peek", vec![i64::from(cost)], |r| r.blocked())
+        let args = vec![i64::from(cost)];
+        self.quota_op(key, quota, "peek", args, |r| r.blocked(), Late::Drop)
     }
 
     fn quota_status<'a>(
@@ -89,10 +101,12 @@ impl QuotaStore for PostgresStore {
         key: &'a PostgresKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        self.quota_op(key, quota, "status", Vec::new(), |r| {
+        let quota_copy = *quota;
+        let read = move |r: Reply<'_>| {
             let (remaining, wait) = r.status()?;
-            Ok(quota.status(remaining, wait))
-        })
+            Ok(quota_copy.status(remaining, wait))
+        };
+        self.quota_op(key, quota, "status", Vec::new(), read, Late::Drop)
     }
 
     fn take<'a>(
@@ -100,7 +114,7 @@ impl QuotaStore for PostgresStore {
         key: &'a PostgresKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.quota_op(key, quota, "take", Vec::new(), |_| Ok(()))
+        self.quota_op(key, quota, "take", Vec::new(), |_| Ok(()), Late::Drop)
     }
 
     fn adjust<'a>(
@@ -112,7 +126,7 @@ impl QuotaStore for PostgresStore {
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
         let args = vec![signed(ticket), i64::from(from), i64::from(to)];
-        self.quota_op(key, quota, "adjust", args, |r| {
+        let read = |r: Reply<'_>| {
             // `[0]`: the grant can no longer be adjusted down.
             if r.0 == [0] {
                 return Ok(None);
@@ -121,7 +135,8 @@ impl QuotaStore for PostgresStore {
                 WindowDecision::Granted { ticket } => Some(ticket),
                 WindowDecision::Denied { .. } => None,
             })
-        })
+        };
+        self.quota_op(key, quota, "adjust", args, read, Late::Patient)
     }
 
     fn pause<'a>(
@@ -130,7 +145,8 @@ impl QuotaStore for PostgresStore {
         quota: &'a Quota,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.quota_op(key, quota, "pause", vec![micros_until(at)], |_| Ok(()))
+        let args = vec![micros_until(at)];
+        self.quota_op(key, quota, "pause", args, |_| Ok(()), Late::Drop)
     }
 
     fn reset<'a>(
@@ -138,6 +154,6 @@ impl QuotaStore for PostgresStore {
         key: &'a PostgresKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.quota_op(key, quota, "reset", Vec::new(), |_| Ok(()))
+        self.quota_op(key, quota, "reset", Vec::new(), |_| Ok(()), Late::Drop)
     }
 }

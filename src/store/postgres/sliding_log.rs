@@ -5,11 +5,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::reply::{Reply, micros, micros_until};
-use super::{PostgresKey, PostgresStore};
+use super::{Params, PostgresKey, PostgresStore, StatementName};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
-use crate::store::{RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::store::late::{self, Late};
+use crate::store::{RateLimiterStore, StoreError, WindowDecision, WindowPolicy};
 
 /// The policy's arguments of the sliding log function: max, window,
 /// initial backoff, multiplier, cap (zeros without a policy or a backoff).
@@ -24,36 +25,29 @@ fn policy_args(policy: Option<WindowPolicy>) -> (i64, i64, i64, f64, i64) {
 
 impl PostgresStore {
     /// Runs `op` of the sliding log function, then reads its reply with
-    /// `read`.
-    fn sliding_log<'a, T: Send + 'a>(
-        &'a self,
-        key: &'a PostgresKey,
+    /// `read`; a late reply goes where `late` says.
+    fn sliding_log<T: Send + 'static>(
+        &self,
+        key: &PostgresKey,
         op: &'static str,
         policy: Option<WindowPolicy>,
         (jitter, args): (f64, Vec<i64>),
-        read: impl FnOnce(Reply<'_>) -> Result<T, crate::store::StoreError> + Send + 'a,
-    ) -> LimiterFuture<'a, Result<T, LimiterError>> {
-        LimiterFuture::new(async move {
-            let (max, window, initial, multiplier, cap) = policy_args(policy);
-            let statement = &self.inner.statements.sliding_log;
-            let reply = self
-                .run(
-                    statement,
-                    &[
-                        &op,
-                        &key.name,
-                        &max,
-                        &window,
-                        &initial,
-                        &multiplier,
-                        &cap,
-                        &jitter,
-                        &args,
-                    ],
-                )
-                .await?;
-            Ok(read(Reply(&reply))?)
-        })
+        read: impl FnOnce(Reply<'_>) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let (max, window, initial, multiplier, cap) = policy_args(policy);
+        let params: Params = vec![
+            Box::new(op),
+            Box::new(key.name.clone()),
+            Box::new(max),
+            Box::new(window),
+            Box::new(initial),
+            Box::new(multiplier),
+            Box::new(cap),
+            Box::new(jitter),
+            Box::new(args),
+        ];
+        self.run(StatementName::SlidingLog, params, read, late)
     }
 }
 
@@ -80,7 +74,8 @@ impl RateLimiterStore for PostgresStore {
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let args = (jitter, vec![i64::from(cost)]);
-        self.sliding_log(key, "acquire", Some(policy), args, |r| r.decision())
+        let undo = late::undo_start(self, key, policy, cost, key.name.clone());
+        self.sliding_log(key, "acquire", Some(policy), args, |r| r.decision(), undo)
     }
 
     fn window_status<'a>(
@@ -88,10 +83,12 @@ impl RateLimiterStore for PostgresStore {
         key: &'a PostgresKey,
         policy: WindowPolicy,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        self.sliding_log(key, "status", Some(policy), (0.0, Vec::new()), move |r| {
+        let read = move |r: Reply<'_>| {
             let (remaining, wait) = r.status()?;
             Ok(policy.status(remaining, wait))
-        })
+        };
+        let args = (0.0, Vec::new());
+        self.sliding_log(key, "status", Some(policy), args, read, Late::Drop)
     }
 
     fn record_execution<'a>(
@@ -100,13 +97,8 @@ impl RateLimiterStore for PostgresStore {
         policy: WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.sliding_log(
-            key,
-            "record",
-            Some(policy),
-            (jitter, Vec::new()),
-            |_| Ok(()),
-        )
+        let args = (jitter, Vec::new());
+        self.sliding_log(key, "record", Some(policy), args, |_| Ok(()), Late::Drop)
     }
 
     fn refund<'a>(
@@ -117,7 +109,7 @@ impl RateLimiterStore for PostgresStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let args = (0.0, vec![super::reply::signed(ticket), i64::from(cost)]);
-        self.sliding_log(key, "refund", Some(policy), args, |_| Ok(()))
+        self.sliding_log(key, "refund", Some(policy), args, |_| Ok(()), Late::Patient)
     }
 
     fn settle<'a>(
@@ -130,7 +122,7 @@ impl RateLimiterStore for PostgresStore {
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let ticket = super::reply::signed(ticket);
         let args = (0.0, vec![ticket, i64::from(from), i64::from(to)]);
-        self.sliding_log(key, "settle", Some(policy), args, |_| Ok(()))
+        self.sliding_log(key, "settle", Some(policy), args, |_| Ok(()), Late::Patient)
     }
 
     fn peek<'a>(
@@ -140,7 +132,7 @@ impl RateLimiterStore for PostgresStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         let args = (0.0, vec![i64::from(cost)]);
-        self.sliding_log(key, "peek", Some(policy), args, |r| r.blocked())
+        self.sliding_log(key, "peek", Some(policy), args, |r| r.blocked(), Late::Drop)
     }
 
     fn execution_count<'a>(
@@ -149,7 +141,7 @@ impl RateLimiterStore for PostgresStore {
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
         let args = (0.0, vec![micros(window)]);
-        self.sliding_log(key, "count", None, args, |r| r.count())
+        self.sliding_log(key, "count", None, args, |r| r.count(), Late::Drop)
     }
 
     fn oldest_execution_at_offset<'a>(
@@ -160,7 +152,7 @@ impl RateLimiterStore for PostgresStore {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let args = (0.0, vec![micros(window), offset]);
-        self.sliding_log(key, "oldest", None, args, |r| {
+        let read = |r: Reply<'_>| {
             if r.at(0)? == 0 {
                 return Ok(None);
             }
@@ -168,16 +160,23 @@ impl RateLimiterStore for PostgresStore {
             Ok(Some(
                 Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
             ))
-        })
+        };
+        self.sliding_log(key, "oldest", None, args, read, Late::Drop)
     }
 
     fn next_available<'a>(
         &'a self,
         key: &'a PostgresKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        self.sliding_log(key, "next", None, (0.0, Vec::new()), |r| {
-            r.optional_instant()
-        })
+        let args = (0.0, Vec::new());
+        self.sliding_log(
+            key,
+            "next",
+            None,
+            args,
+            |r| r.optional_instant(),
+            Late::Drop,
+        )
     }
 
     fn set_next_available<'a>(
@@ -186,10 +185,11 @@ impl RateLimiterStore for PostgresStore {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let args = (0.0, vec![micros_until(at)]);
-        self.sliding_log(key, "pause", None, args, |_| Ok(()))
+        self.sliding_log(key, "pause", None, args, |_| Ok(()), Late::Drop)
     }
 
     fn clear<'a>(&'a self, key: &'a PostgresKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        self.sliding_log(key, "clear", None, (0.0, Vec::new()), |_| Ok(()))
+        let args = (0.0, Vec::new());
+        self.sliding_log(key, "clear", None, args, |_| Ok(()), Late::Drop)
     }
 }

@@ -1,25 +1,25 @@
 //! [`CurveStore`] for [`RedisStore`]: `curve.lua`.
 
-use super::{RedisKey, RedisStore, parsed};
+use super::{RedisKey, RedisStore, ScriptName};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::store::curve::CURVE_TTL;
+use crate::store::late::Late;
 use crate::store::{CurveRecord, CurveStore, StoreError};
 
 impl RedisStore {
-    /// Runs `op` of the curve script with `arguments`.
-    fn curve_op<'a>(
-        &'a self,
-        key: &'a RedisKey,
+    /// Runs `op` of the curve script with `arguments`, and reads the reply
+    /// with `parse`.
+    fn curve_op<T: Send + 'static>(
+        &self,
+        key: &RedisKey,
         op: &'static str,
         arguments: Vec<String>,
-    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let mut all = vec![op.to_owned()];
-            all.extend(arguments);
-            self.run(&self.inner.scripts.curve, &key.parts(), &all)
-                .await
-        })
+        parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let mut all = vec![op.to_owned()];
+        all.extend(arguments);
+        self.run(ScriptName::Curve, key, all, parse, Late::Drop)
     }
 }
 
@@ -34,7 +34,7 @@ impl CurveStore for RedisStore {
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<Option<CurveRecord>, LimiterError>> {
-        parsed(self.curve_op(key, "load", Vec::new()), |reply| {
+        self.curve_op(key, "load", Vec::new(), |reply| {
             CurveRecord::from_reply(reply)
                 .map_err(|error| StoreError::bad_reply(super::BACKEND, error))
         })
@@ -47,8 +47,6 @@ impl CurveStore for RedisStore {
     ) -> LimiterFuture<'a, Result<bool, LimiterError>> {
         let mut arguments: Vec<String> = record.to_args().iter().map(i64::to_string).collect();
         arguments.push(CURVE_TTL.as_millis().to_string());
-        parsed(self.curve_op(key, "swap", arguments), |reply| {
-            Ok(reply == [1])
-        })
+        self.curve_op(key, "swap", arguments, |reply| Ok(reply == [1]))
     }
 }

@@ -5,12 +5,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    RedisKey, RedisStore, args, decision, done, micros, micros_until, optional_instant, parsed,
-    unsigned,
+    RedisKey, RedisStore, ScriptName, args, decision, micros, micros_until, nothing,
+    optional_instant, unsigned,
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
-use crate::store::{LeaseStore, WindowDecision, lease_names, names_of_all};
+use crate::store::late::{self, Late};
+use crate::store::{LeaseStore, StoreError, WindowDecision, lease_names, names_of_all};
 
 /// `arguments`, then the lease `names` as the script stores them (decimal
 /// strings).
@@ -24,19 +25,24 @@ fn with_names(
 
 impl RedisStore {
     /// Runs `op` of the lease script with `arguments` (unless they could
-    /// not be made).
-    fn leases<'a>(
-        &'a self,
-        key: &'a RedisKey,
+    /// not be made) and reads the reply with `parse`; a late reply goes
+    /// where `late` says.
+    fn leases<T: Send + 'static>(
+        &self,
+        key: &RedisKey,
         op: &'static str,
         arguments: Result<Vec<String>, LimiterError>,
-    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let mut all = vec![op.to_owned()];
-            all.extend(arguments?);
-            self.run(&self.inner.scripts.leases, &key.parts(), &all)
-                .await
-        })
+        parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        match arguments {
+            Ok(arguments) => {
+                let mut all = vec![op.to_owned()];
+                all.extend(arguments);
+                self.run(ScriptName::Leases, key, all, parse, late)
+            }
+            Err(error) => LimiterFuture::ready(Err(error)),
+        }
     }
 }
 
@@ -56,12 +62,14 @@ impl LeaseStore for RedisStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         let arguments = with_names(args(&[&max, &micros(ttl), &cost]), lease_names(lease, cost));
-        parsed(self.leases(key, "lease", arguments), move |reply| {
+        let parse = move |reply: &[i64]| {
             if reply == [1] {
                 return Ok(WindowDecision::Granted { ticket: lease });
             }
             decision(reply)
-        })
+        };
+        let undo = late::undo_lease(self, key, cost, key.name().to_owned());
+        self.leases(key, "lease", arguments, parse, undo)
     }
 
     fn renew<'a>(
@@ -71,9 +79,8 @@ impl LeaseStore for RedisStore {
         leases: &'a [(u64, u32)],
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
         let arguments = with_names(args(&[&micros(ttl)]), names_of_all(leases));
-        parsed(self.leases(key, "renew", arguments), |reply| {
-            Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
-        })
+        let parse = |reply: &[i64]| Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX));
+        self.leases(key, "renew", arguments, parse, Late::Drop)
     }
 
     fn release<'a>(
@@ -83,16 +90,15 @@ impl LeaseStore for RedisStore {
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let arguments = with_names(Vec::new(), lease_names(lease, cost));
-        done(self.leases(key, "release", arguments))
+        self.leases(key, "release", arguments, nothing, Late::Patient)
     }
 
     fn leases_held<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        parsed(self.leases(key, "held", Ok(Vec::new())), |reply| {
-            Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX))
-        })
+        let parse = |reply: &[i64]| Ok(usize::try_from(unsigned(reply, 0)?).unwrap_or(usize::MAX));
+        self.leases(key, "held", Ok(Vec::new()), parse, Late::Drop)
     }
 
     fn pause_leases<'a>(
@@ -100,20 +106,21 @@ impl LeaseStore for RedisStore {
         key: &'a RedisKey,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.leases(key, "pause", Ok(args(&[&micros_until(at)]))))
+        let arguments = Ok(args(&[&micros_until(at)]));
+        self.leases(key, "pause", arguments, nothing, Late::Drop)
     }
 
     fn paused_until<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        parsed(self.leases(key, "paused", Ok(Vec::new())), optional_instant)
+        self.leases(key, "paused", Ok(Vec::new()), optional_instant, Late::Drop)
     }
 
     fn clear_leases<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.leases(key, "clear", Ok(Vec::new())))
+        self.leases(key, "clear", Ok(Vec::new()), nothing, Late::Drop)
     }
 }

@@ -22,6 +22,7 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 use tokio::time::Instant;
 
+use super::late::{self, Late};
 use super::{StoreError, StoreErrorKind, WindowDecision};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
@@ -88,6 +89,17 @@ struct Scripts {
     leases: Script,
 }
 
+/// Which of the [`Scripts`] a call runs.
+#[derive(Clone, Copy, Debug)]
+enum ScriptName {
+    Curve,
+    SlidingLog,
+    Cells,
+    FixedWindow,
+    SlidingWindowCounter,
+    Leases,
+}
+
 impl Scripts {
     fn load() -> Self {
         Self {
@@ -98,6 +110,28 @@ impl Scripts {
             sliding_window_counter: with_status(include_str!("sliding_window_counter.lua")),
             leases: Script::new(include_str!("leases.lua")),
         }
+    }
+
+    fn get(&self, name: ScriptName) -> &Script {
+        match name {
+            ScriptName::Curve => &self.curve,
+            ScriptName::SlidingLog => &self.sliding_log,
+            ScriptName::Cells => &self.cells,
+            ScriptName::FixedWindow => &self.fixed_window,
+            ScriptName::SlidingWindowCounter => &self.sliding_window_counter,
+            ScriptName::Leases => &self.leases,
+        }
+    }
+
+    fn all(&self) -> [&Script; 6] {
+        [
+            &self.curve,
+            &self.sliding_log,
+            &self.cells,
+            &self.fixed_window,
+            &self.sliding_window_counter,
+            &self.leases,
+        ]
     }
 }
 
@@ -279,28 +313,36 @@ impl RedisStore {
         format!("{}{{{name}}}", self.inner.prefix)
     }
 
-    /// Runs `script` on `keys` with `args`; its reply, an array of integers.
-    async fn run(
+    /// Runs `script` on `key` with `args`, and reads its reply (an array
+    /// of integers) with `parse`. A reply that comes after the caller
+    /// stopped waiting goes where `late` says.
+    fn run<T: Send + 'static>(
         &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[String],
-    ) -> Result<Vec<i64>, LimiterError> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(arg.as_str());
-        }
-        let mut connection = self.inner.connection.clone();
-        let timeout = self.inner.timeout;
-        let reply =
-            tokio::time::timeout(timeout, invocation.invoke_async::<Value>(&mut connection))
+        script: ScriptName,
+        key: &RedisKey,
+        args: Vec<String>,
+        parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let inner = Arc::clone(&self.inner);
+        let keys = key.parts.clone();
+        let work = async move {
+            let mut invocation = inner.scripts.get(script).prepare_invoke();
+            for key in &keys {
+                invocation.key(key.as_str());
+            }
+            for arg in &args {
+                invocation.arg(arg.as_str());
+            }
+            let mut connection = inner.connection.clone();
+            let reply = invocation
+                .invoke_async::<Value>(&mut connection)
                 .await
-                .map_err(|_| StoreError::timeout(BACKEND, timeout))?
                 .map_err(store_error)?;
-        Ok(integers(reply)?)
+            parse(&integers(reply)?)
+        };
+        let timeout = self.inner.timeout;
+        LimiterFuture::new(async move { Ok(late::answer(BACKEND, timeout, late, work).await?) })
     }
 }
 
@@ -378,7 +420,7 @@ impl RedisStoreBuilder {
                 let client =
                     ::redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
                         .connection_timeout(self.timeout)
-                        .response_timeout(self.timeout)
+                        .response_timeout(late::LATE_ANSWER_BOUND)
                         .build()?;
                 return Ok(Connection::Cluster(client.get_async_connection().await?));
             }
@@ -393,7 +435,9 @@ impl RedisStoreBuilder {
             .set_max_delay(Duration::from_millis(100))
             .set_number_of_retries(3)
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
+            // A call that may take units waits for its reply after its
+            // caller gave up (see `late`): only a bound that long drops one.
+            .set_response_timeout(Some(late::LATE_ANSWER_BOUND));
         let manager = ConnectionManager::new_with_config(client, config).await?;
         Ok(Connection::Single(manager))
     }
@@ -414,7 +458,33 @@ fn store_error(error: RedisError) -> StoreError {
     } else {
         StoreErrorKind::Refused
     };
-    StoreError::new(BACKEND, kind, error.to_string())
+    let error_message = error.to_string();
+    let store_error = StoreError::new(BACKEND, kind, error_message);
+    if never_ran(&error) {
+        store_error.not_applied()
+    } else {
+        store_error
+    }
+}
+
+/// Whether the request that failed with `error` surely did not run: it was
+/// never sent, or the server refused it before running it.
+fn never_ran(error: &RedisError) -> bool {
+    use ::redis::{ErrorKind, ServerErrorKind};
+    error.is_connection_refusal()
+        || match error.kind() {
+            ErrorKind::Client
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::ClusterConnectionNotFound
+            // OOM, BUSY, and the scripts' own refusals of a bad operation,
+            // which change nothing.
+            | ErrorKind::Extension => true,
+            ErrorKind::Server(kind) => !matches!(
+                kind,
+                ServerErrorKind::ResponseError | ServerErrorKind::ExecAbort
+            ),
+            _ => false,
+        }
 }
 
 /// A script's reply, which must be an array of integers.
@@ -555,6 +625,11 @@ impl RedisKey {
         }
     }
 
+    /// The first key: what logs call the limit.
+    fn name(&self) -> &str {
+        self.parts.first().map_or("", String::as_str)
+    }
+
     /// The Redis keys of the limit.
     ///
     /// ```no_run
@@ -573,19 +648,9 @@ impl RedisKey {
     }
 }
 
-/// Awaits a script run and checks its reply with `parse`.
-fn parsed<'a, T: Send + 'a>(
-    run: LimiterFuture<'a, Result<Vec<i64>, LimiterError>>,
-    parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'a,
-) -> LimiterFuture<'a, Result<T, LimiterError>> {
-    LimiterFuture::new(async move { Ok(parse(&run.await?)?) })
-}
-
-/// Awaits a script run whose reply carries nothing.
-fn done(
-    run: LimiterFuture<'_, Result<Vec<i64>, LimiterError>>,
-) -> LimiterFuture<'_, Result<(), LimiterError>> {
-    parsed(run, |_| Ok(()))
+/// A reply that carries nothing.
+fn nothing(_: &[i64]) -> Result<(), StoreError> {
+    Ok(())
 }
 
 /// Arguments for a script, each formatted as Redis expects.

@@ -1,66 +1,58 @@
 //! [`QuotaStore`] for [`RedisStore`]: `cells.lua` (GCRA and token bucket),
 //! `fixed_window.lua` and `sliding_window_counter.lua`.
 
-use ::redis::Script;
 use tokio::time::Instant;
 
 use super::{
-    RedisKey, RedisStore, args, blocked, decision, done, micros, micros_until, parsed, status_reply,
+    RedisKey, RedisStore, ScriptName, args, blocked, decision, micros, micros_until, nothing,
+    status_reply,
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
+use crate::store::late::{self, Late};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl RedisStore {
     /// The script of `quota`'s algorithm and its leading arguments.
-    fn quota_script(&self, quota: &Quota) -> (&Script, [String; 2]) {
-        let scripts = &self.inner.scripts;
+    fn quota_script(quota: &Quota) -> (ScriptName, [String; 2]) {
         match quota.kind() {
             QuotaKind::Cells { interval, burst } => {
                 let micros = interval.as_secs_f64() * 1e6;
-                (&scripts.cells, [micros.to_string(), burst.to_string()])
+                (ScriptName::Cells, [micros.to_string(), burst.to_string()])
             }
             QuotaKind::FixedWindow { max, window } => (
-                &scripts.fixed_window,
+                ScriptName::FixedWindow,
                 [max.to_string(), micros(window).to_string()],
             ),
             QuotaKind::SlidingWindowCounter { max, window } => (
-                &scripts.sliding_window_counter,
+                ScriptName::SlidingWindowCounter,
                 [max.to_string(), micros(window).to_string()],
             ),
         }
     }
 
-    /// Runs `op` of `quota`'s script with `extra` arguments.
-    fn quota_op<'a>(
-        &'a self,
-        key: &'a RedisKey,
-        quota: &'a Quota,
+    /// Runs `op` of `quota`'s script with `extra` arguments, and reads the
+    /// reply with `parse`; a late reply goes where `late` says.
+    fn quota_op<T: Send + 'static>(
+        &self,
+        key: &RedisKey,
+        quota: &Quota,
         op: &'static str,
         extra: Vec<String>,
-    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let (script, [first, second]) = self.quota_script(quota);
-            let mut arguments = vec![op.to_owned(), first, second];
-            arguments.extend(extra);
-            self.run(script, &key.parts(), &arguments).await
-        })
+        parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let (script, [first, second]) = Self::quota_script(quota);
+        let mut arguments = vec![op.to_owned(), first, second];
+        arguments.extend(extra);
+        self.run(script, key, arguments, parse, late)
     }
 
     /// Loads every script into the server's cache.
     pub(super) async fn load_scripts(&self) -> Result<(), LimiterError> {
-        let scripts = &self.inner.scripts;
-        let all = [
-            &scripts.curve,
-            &scripts.sliding_log,
-            &scripts.cells,
-            &scripts.fixed_window,
-            &scripts.sliding_window_counter,
-            &scripts.leases,
-        ];
         let mut connection = self.inner.connection.clone();
-        for script in all {
+        for script in self.inner.scripts.all() {
             let loading = script.load_async(&mut connection);
             tokio::time::timeout(self.inner.timeout, loading)
                 .await
@@ -83,16 +75,15 @@ impl QuotaStore for RedisStore {
         LimiterFuture::new(self.load_scripts())
     }
 
+    /// A grant that answers after its caller gave up is given back.
     fn decide<'a>(
         &'a self,
         key: &'a RedisKey,
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        parsed(
-            self.quota_op(key, quota, "acquire", args(&[&cost])),
-            decision,
-        )
+        let undo = late::undo_grant(self, key, *quota, cost, key.name().to_owned());
+        self.quota_op(key, quota, "acquire", args(&[&cost]), decision, undo)
     }
 
     fn look<'a>(
@@ -101,7 +92,7 @@ impl QuotaStore for RedisStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        parsed(self.quota_op(key, quota, "peek", args(&[&cost])), blocked)
+        self.quota_op(key, quota, "peek", args(&[&cost]), blocked, Late::Drop)
     }
 
     fn quota_status<'a>(
@@ -109,10 +100,12 @@ impl QuotaStore for RedisStore {
         key: &'a RedisKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        parsed(self.quota_op(key, quota, "status", Vec::new()), |reply| {
+        let quota_copy = *quota;
+        let parse = move |reply: &[i64]| {
             let (remaining, wait) = status_reply(reply)?;
-            Ok(quota.status(remaining, wait))
-        })
+            Ok(quota_copy.status(remaining, wait))
+        };
+        self.quota_op(key, quota, "status", Vec::new(), parse, Late::Drop)
     }
 
     fn take<'a>(
@@ -120,9 +113,11 @@ impl QuotaStore for RedisStore {
         key: &'a RedisKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.quota_op(key, quota, "take", Vec::new()))
+        self.quota_op(key, quota, "take", Vec::new(), nothing, Late::Drop)
     }
 
+    /// Waits for the answer well past the timeout: nobody waits for it, and
+    /// an answer given up on could not be told from one never applied.
     fn adjust<'a>(
         &'a self,
         key: &'a RedisKey,
@@ -131,8 +126,7 @@ impl QuotaStore for RedisStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
-        let run = self.quota_op(key, quota, "adjust", args(&[&ticket, &from, &to]));
-        parsed(run, |reply| {
+        let parse = |reply: &[i64]| {
             Ok(match decision(reply) {
                 Ok(WindowDecision::Granted { ticket }) => Some(ticket),
                 Ok(WindowDecision::Denied { .. }) => None,
@@ -140,7 +134,9 @@ impl QuotaStore for RedisStore {
                 Err(_) if reply == [0] => None,
                 Err(error) => return Err(error),
             })
-        })
+        };
+        let extra = args(&[&ticket, &from, &to]);
+        self.quota_op(key, quota, "adjust", extra, parse, Late::Patient)
     }
 
     fn pause<'a>(
@@ -149,7 +145,8 @@ impl QuotaStore for RedisStore {
         quota: &'a Quota,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.quota_op(key, quota, "pause", args(&[&micros_until(at)])))
+        let extra = args(&[&micros_until(at)]);
+        self.quota_op(key, quota, "pause", extra, nothing, Late::Drop)
     }
 
     fn reset<'a>(
@@ -157,6 +154,6 @@ impl QuotaStore for RedisStore {
         key: &'a RedisKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.quota_op(key, quota, "reset", Vec::new()))
+        self.quota_op(key, quota, "reset", Vec::new(), nothing, Late::Drop)
     }
 }

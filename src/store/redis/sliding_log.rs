@@ -5,30 +5,31 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    RedisKey, RedisStore, args, blocked, decision, done, micros, micros_until, optional_instant,
-    parsed, status_reply, unsigned,
+    RedisKey, RedisStore, ScriptName, args, blocked, decision, micros, micros_until, nothing,
+    optional_instant, status_reply, unsigned,
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
-use crate::store::{RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::store::late::{self, Late};
+use crate::store::{RateLimiterStore, StoreError, WindowDecision, WindowPolicy};
 
 impl RedisStore {
-    /// Runs one operation of the sliding log script: the policy's arguments,
-    /// then `extra`.
-    fn sliding_log<'a>(
-        &'a self,
-        key: &'a RedisKey,
+    /// Runs one operation of the sliding log script (the policy's
+    /// arguments, then `extra`) and reads the reply with `parse`; a late
+    /// reply goes where `late` says.
+    fn sliding_log<T: Send + 'static>(
+        &self,
+        key: &RedisKey,
         op: &'static str,
         policy: Option<WindowPolicy>,
         extra: Vec<String>,
-    ) -> LimiterFuture<'a, Result<Vec<i64>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let mut arguments = policy_args(op, policy);
-            arguments.extend(extra);
-            self.run(&self.inner.scripts.sliding_log, &key.parts(), &arguments)
-                .await
-        })
+        parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
+        late: Late<T>,
+    ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        let mut arguments = policy_args(op, policy);
+        arguments.extend(extra);
+        self.run(ScriptName::SlidingLog, key, arguments, parse, late)
     }
 }
 
@@ -62,8 +63,9 @@ impl RateLimiterStore for RedisStore {
         cost: u32,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        let run = self.sliding_log(key, "acquire", Some(policy), args(&[&cost, &jitter]));
-        parsed(run, decision)
+        let undo = late::undo_start(self, key, policy, cost, key.name().to_owned());
+        let extra = args(&[&cost, &jitter]);
+        self.sliding_log(key, "acquire", Some(policy), extra, decision, undo)
     }
 
     fn record_execution<'a>(
@@ -72,7 +74,8 @@ impl RateLimiterStore for RedisStore {
         policy: WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.sliding_log(key, "record", Some(policy), args(&[&jitter])))
+        let extra = args(&[&jitter]);
+        self.sliding_log(key, "record", Some(policy), extra, nothing, Late::Drop)
     }
 
     fn refund<'a>(
@@ -82,7 +85,8 @@ impl RateLimiterStore for RedisStore {
         ticket: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.sliding_log(key, "refund", Some(policy), args(&[&ticket, &cost])))
+        let extra = args(&[&ticket, &cost]);
+        self.sliding_log(key, "refund", Some(policy), extra, nothing, Late::Patient)
     }
 
     fn settle<'a>(
@@ -93,7 +97,8 @@ impl RateLimiterStore for RedisStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.sliding_log(key, "settle", Some(policy), args(&[&ticket, &from, &to])))
+        let extra = args(&[&ticket, &from, &to]);
+        self.sliding_log(key, "settle", Some(policy), extra, nothing, Late::Patient)
     }
 
     fn peek<'a>(
@@ -102,10 +107,8 @@ impl RateLimiterStore for RedisStore {
         policy: WindowPolicy,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        parsed(
-            self.sliding_log(key, "peek", Some(policy), args(&[&cost])),
-            blocked,
-        )
+        let extra = args(&[&cost]);
+        self.sliding_log(key, "peek", Some(policy), extra, blocked, Late::Drop)
     }
 
     fn window_status<'a>(
@@ -113,11 +116,11 @@ impl RateLimiterStore for RedisStore {
         key: &'a RedisKey,
         policy: WindowPolicy,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        let run = self.sliding_log(key, "status", Some(policy), Vec::new());
-        parsed(run, move |reply| {
+        let parse = move |reply: &[i64]| {
             let (remaining, wait) = status_reply(reply)?;
             Ok(policy.status(remaining, wait))
-        })
+        };
+        self.sliding_log(key, "status", Some(policy), Vec::new(), parse, Late::Drop)
     }
 
     fn execution_count<'a>(
@@ -125,11 +128,12 @@ impl RateLimiterStore for RedisStore {
         key: &'a RedisKey,
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let run = self.sliding_log(key, "count", None, args(&[&micros(window)]));
-        parsed(run, |reply| {
+        let parse = |reply: &[i64]| {
             let count = unsigned(reply, 0)?;
             Ok(usize::try_from(count).unwrap_or(usize::MAX))
-        })
+        };
+        let extra = args(&[&micros(window)]);
+        self.sliding_log(key, "count", None, extra, parse, Late::Drop)
     }
 
     fn oldest_execution_at_offset<'a>(
@@ -138,8 +142,7 @@ impl RateLimiterStore for RedisStore {
         window: Duration,
         offset: usize,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let run = self.sliding_log(key, "oldest", None, args(&[&micros(window), &offset]));
-        parsed(run, |reply| {
+        let parse = |reply: &[i64]| {
             if super::at(reply, 0)? == 0 {
                 return Ok(None);
             }
@@ -147,17 +150,16 @@ impl RateLimiterStore for RedisStore {
             Ok(Some(
                 Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
             ))
-        })
+        };
+        let extra = args(&[&micros(window), &offset]);
+        self.sliding_log(key, "oldest", None, extra, parse, Late::Drop)
     }
 
     fn next_available<'a>(
         &'a self,
         key: &'a RedisKey,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        parsed(
-            self.sliding_log(key, "next", None, Vec::new()),
-            optional_instant,
-        )
+        self.sliding_log(key, "next", None, Vec::new(), optional_instant, Late::Drop)
     }
 
     fn set_next_available<'a>(
@@ -165,10 +167,11 @@ impl RateLimiterStore for RedisStore {
         key: &'a RedisKey,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.sliding_log(key, "pause", None, args(&[&micros_until(at)])))
+        let extra = args(&[&micros_until(at)]);
+        self.sliding_log(key, "pause", None, extra, nothing, Late::Drop)
     }
 
     fn clear<'a>(&'a self, key: &'a RedisKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        done(self.sliding_log(key, "clear", None, Vec::new()))
+        self.sliding_log(key, "clear", None, Vec::new(), nothing, Late::Drop)
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::{Answer, Mode, SqliteKey, SqliteStore, after, count_at, nanos, nanos_until, signed};
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
+use crate::store::late::{self, Late};
 use crate::store::{LeaseStore, WindowDecision, lease_names, names_of_all};
 
 /// The leases of one key inside a transaction, at `now`.
@@ -104,13 +105,18 @@ impl Leases<'_> {
 
 impl SqliteStore {
     /// Runs `work` on the leases of `key` in one transaction.
-    async fn on_leases<T, F>(&self, key: &SqliteKey, mode: Mode, work: F) -> Result<T, LimiterError>
+    async fn on_leases<T, F>(
+        &self,
+        key: &SqliteKey,
+        (mode, late): (Mode, Late<T>),
+        work: F,
+    ) -> Result<T, LimiterError>
     where
         T: Send + 'static,
         F: FnOnce(&Leases<'_>) -> rusqlite::Result<T> + Send + 'static,
     {
         let name = key.owned();
-        self.call(mode, move |tx, now| {
+        self.call_late(mode, late, move |tx, now| {
             work(&Leases {
                 tx,
                 name: &name,
@@ -140,7 +146,9 @@ impl LeaseStore for SqliteStore {
         LimiterFuture::new(async move {
             let names = lease_names(lease, cost)?;
             let work = move |leases: &Leases<'_>| leases.lease((max, ttl), lease, &names);
-            Ok(self.on_leases(key, Mode::Write, work).await?.decision())
+            let undo = late::undo_lease(self, key, cost, key.owned().to_string());
+            let write = (Mode::Write, undo.before(Answer::decision));
+            Ok(self.on_leases(key, write, work).await?.decision())
         })
     }
 
@@ -154,7 +162,7 @@ impl LeaseStore for SqliteStore {
         LimiterFuture::new(async move {
             let names = names?;
             let work = move |leases: &Leases<'_>| leases.renew(ttl, &names);
-            self.on_leases(key, Mode::Write, work).await
+            self.on_leases(key, (Mode::Write, Late::Drop), work).await
         })
     }
 
@@ -167,7 +175,8 @@ impl LeaseStore for SqliteStore {
         LimiterFuture::new(async move {
             let names = lease_names(lease, cost)?;
             let work = move |leases: &Leases<'_>| leases.release(&names);
-            self.on_leases(key, Mode::Write, work).await
+            self.on_leases(key, (Mode::Write, Late::Patient), work)
+                .await
         })
     }
 
@@ -175,7 +184,9 @@ impl LeaseStore for SqliteStore {
         &'a self,
         key: &'a SqliteKey,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        LimiterFuture::new(self.on_leases(key, Mode::Read, |leases| Ok(leases.held()?.0)))
+        LimiterFuture::new(
+            self.on_leases(key, (Mode::Read, Late::Drop), |leases| Ok(leases.held()?.0)),
+        )
     }
 
     fn pause_leases<'a>(
@@ -184,9 +195,11 @@ impl LeaseStore for SqliteStore {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let pause = nanos_until(at);
-        LimiterFuture::new(self.on_leases(key, Mode::Write, move |leases| {
-            leases.pause(leases.now.saturating_add(pause))
-        }))
+        LimiterFuture::new(
+            self.on_leases(key, (Mode::Write, Late::Drop), move |leases| {
+                leases.pause(leases.now.saturating_add(pause))
+            }),
+        )
     }
 
     fn paused_until<'a>(
@@ -198,7 +211,10 @@ impl LeaseStore for SqliteStore {
                 let until = leases.paused_until()?;
                 Ok(until.map(|until| until.saturating_sub(leases.now)))
             };
-            Ok(self.on_leases(key, Mode::Read, work).await?.map(after))
+            Ok(self
+                .on_leases(key, (Mode::Read, Late::Drop), work)
+                .await?
+                .map(after))
         })
     }
 
@@ -206,6 +222,6 @@ impl LeaseStore for SqliteStore {
         &'a self,
         key: &'a SqliteKey,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_leases(key, Mode::Write, |leases| leases.clear()))
+        LimiterFuture::new(self.on_leases(key, (Mode::Write, Late::Drop), |leases| leases.clear()))
     }
 }

@@ -36,6 +36,7 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::late::{self, Late};
 use super::{StoreError, StoreErrorKind, WindowDecision};
 use crate::clock::Clock;
 use crate::error::LimiterError;
@@ -244,20 +245,22 @@ impl SqliteStore {
     /// # }
     /// ```
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        self.transact(Mode::Write, schema::sweep).await
+        self.transact(Mode::Write, Late::Drop, schema::sweep).await
     }
 
     /// Runs `work` in one transaction on a pooled connection, on tokio's
     /// blocking pool, within the store's timeout. `work` gets the wall
-    /// clock read once the transaction holds its lock.
-    async fn transact<T, F>(&self, mode: Mode, work: F) -> Result<T, StoreError>
+    /// clock read once the transaction holds its lock. An answer that comes
+    /// after the caller stopped waiting goes where `late` says; a
+    /// transaction whose caller gave up before it could begin does not run.
+    async fn transact<T, F>(&self, mode: Mode, late: Late<T>, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>, Now) -> rusqlite::Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         let timeout = inner.timeout;
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + late.caller_wait(timeout);
         let job = async move {
             // Held by the blocking task: a caller that gives up does not let
             // another transaction of this process start before this one ends.
@@ -268,29 +271,41 @@ impl SqliteStore {
             let connection = Arc::clone(&inner.connections).acquire_owned().await;
             tokio::task::spawn_blocking(move || {
                 let _permits = (writer, connection);
-                inner.run(mode, deadline, work)
+                // A transaction that failed was rolled back, or never began.
+                inner
+                    .run(mode, deadline, work)
+                    .map_err(StoreError::not_applied)
             })
             .await
+            .unwrap_or_else(|failed| {
+                Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Refused,
+                    format!("the blocking task running the transaction failed: {failed}"),
+                ))
+            })
         };
-        match tokio::time::timeout(timeout, job).await {
-            Err(_) => Err(StoreError::timeout(BACKEND, timeout)),
-            Ok(Err(failed)) => Err(StoreError::new(
-                BACKEND,
-                StoreErrorKind::Refused,
-                format!("the blocking task running the transaction failed: {failed}"),
-            )),
-            Ok(Ok(answer)) => answer,
-        }
+        late::answer(BACKEND, timeout, late, job).await
     }
 
     /// [`transact`](Self::transact) for the trait methods, whose errors
-    /// are [`LimiterError`]s.
+    /// are [`LimiterError`]s; a call that takes nothing.
     async fn call<T, F>(&self, mode: Mode, work: F) -> Result<T, LimiterError>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>, Now) -> rusqlite::Result<T> + Send + 'static,
     {
-        Ok(self.transact(mode, work).await?)
+        self.call_late(mode, Late::Drop, work).await
+    }
+
+    /// [`call`](Self::call) for a call that may take units or give them
+    /// back: a late answer goes where `late` says.
+    async fn call_late<T, F>(&self, mode: Mode, late: Late<T>, work: F) -> Result<T, LimiterError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, Now) -> rusqlite::Result<T> + Send + 'static,
+    {
+        Ok(self.transact(mode, late, work).await?)
     }
 }
 
@@ -519,7 +534,9 @@ impl SqliteStoreBuilder {
         let store = SqliteStore {
             inner: Arc::new(inner),
         };
-        store.transact(Mode::Write, schema::create).await?;
+        store
+            .transact(Mode::Write, Late::Drop, schema::create)
+            .await?;
         Ok(store)
     }
 }

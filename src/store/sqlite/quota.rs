@@ -13,6 +13,7 @@ use super::{
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::{QuotaStatus, search};
+use crate::store::late::{self, Late};
 use crate::store::quota_state::QuotaState;
 use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
 
@@ -64,7 +65,7 @@ impl SqliteStore {
         &self,
         key: &SqliteKey,
         quota: &Quota,
-        mode: Mode,
+        (mode, late): (Mode, Late<T>),
         work: F,
     ) -> Result<T, LimiterError>
     where
@@ -72,7 +73,7 @@ impl SqliteStore {
         F: FnOnce(&mut QuotaState, Now) -> T + Send + 'static,
     {
         let (name, quota) = (key.owned(), *quota);
-        self.call(mode, move |tx, now| {
+        self.call_late(mode, late, move |tx, now| {
             let loaded = load(tx, &name, &quota, now)?;
             let mut state = loaded;
             let answer = work(&mut state, now);
@@ -109,7 +110,9 @@ impl QuotaStore for SqliteStore {
                 let decision = state.decide(nonnegative(now.0), cost);
                 Answer::new(decision.map_err(stored), now)
             };
-            let answer = self.on_quota(key, quota, Mode::Write, work).await?;
+            let undo = late::undo_grant(self, key, *quota, cost, key.owned().to_string());
+            let late = undo.before(Answer::decision);
+            let answer = self.on_quota(key, quota, (Mode::Write, late), work).await?;
             Ok(answer.decision())
         })
     }
@@ -122,7 +125,9 @@ impl QuotaStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         LimiterFuture::new(async move {
             let work = move |state: &mut QuotaState, now: Now| wait(state, now, cost);
-            let blocked = self.on_quota(key, quota, Mode::Read, work).await?;
+            let blocked = self
+                .on_quota(key, quota, (Mode::Read, Late::Drop), work)
+                .await?;
             Ok(blocked.map(after))
         })
     }
@@ -138,7 +143,9 @@ impl QuotaStore for SqliteStore {
                 let waits = |cost| wait(state, now, cost);
                 search(capacity, waits)
             };
-            let (remaining, wait) = self.on_quota(key, quota, Mode::Read, work).await?;
+            let (remaining, wait) = self
+                .on_quota(key, quota, (Mode::Read, Late::Drop), work)
+                .await?;
             Ok(quota.status(u64::from(remaining), wait.map(nanos_to_duration)))
         })
     }
@@ -148,7 +155,8 @@ impl QuotaStore for SqliteStore {
         key: &'a SqliteKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_quota(key, quota, Mode::Write, |state, now| {
+        let write = (Mode::Write, Late::Drop);
+        LimiterFuture::new(self.on_quota(key, quota, write, |state, now| {
             state.take(nonnegative(now.0));
         }))
     }
@@ -161,7 +169,8 @@ impl QuotaStore for SqliteStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
-        LimiterFuture::new(self.on_quota(key, quota, Mode::Write, move |state, now| {
+        let write = (Mode::Write, Late::Patient);
+        LimiterFuture::new(self.on_quota(key, quota, write, move |state, now| {
             state.adjust(nonnegative(now.0), ticket, from, to)
         }))
     }
@@ -173,7 +182,8 @@ impl QuotaStore for SqliteStore {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let pause = nanos_until(at);
-        LimiterFuture::new(self.on_quota(key, quota, Mode::Write, move |state, now| {
+        let write = (Mode::Write, Late::Drop);
+        LimiterFuture::new(self.on_quota(key, quota, write, move |state, now| {
             state.pause(nonnegative(now.0.saturating_add(pause)));
         }))
     }

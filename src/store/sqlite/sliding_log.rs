@@ -20,6 +20,7 @@ use crate::algorithms::sliding_log::Pause;
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::{QuotaStatus, try_search};
+use crate::store::late::{self, Late};
 use crate::store::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
 
 /// One log inside a transaction, at `now`, under a policy (zeros without).
@@ -256,7 +257,7 @@ impl SqliteStore {
     async fn on_log<T, F>(
         &self,
         key: &SqliteKey,
-        mode: Mode,
+        (mode, late): (Mode, Late<T>),
         policy: Option<WindowPolicy>,
         work: F,
     ) -> Result<T, LimiterError>
@@ -265,7 +266,7 @@ impl SqliteStore {
         F: FnOnce(&Log<'_>) -> rusqlite::Result<T> + Send + 'static,
     {
         let name = key.owned();
-        self.call(mode, move |tx, now| {
+        self.call_late(mode, late, move |tx, now| {
             work(&Log {
                 tx,
                 name: &name,
@@ -301,7 +302,9 @@ impl RateLimiterStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
         LimiterFuture::new(async move {
             let work = move |log: &Log<'_>| log.acquire(cost, jitter);
-            let answer = self.on_log(key, Mode::Write, Some(policy), work).await?;
+            let undo = late::undo_start(self, key, policy, cost, key.owned().to_string());
+            let write = (Mode::Write, undo.before(Answer::decision));
+            let answer = self.on_log(key, write, Some(policy), work).await?;
             Ok(answer.decision())
         })
     }
@@ -312,10 +315,12 @@ impl RateLimiterStore for SqliteStore {
         policy: WindowPolicy,
         jitter: f64,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
-            log.prune()?;
-            log.update(|state| log.record(state, 1, jitter))
-        }))
+        LimiterFuture::new(
+            self.on_log(key, (Mode::Write, Late::Drop), Some(policy), move |log| {
+                log.prune()?;
+                log.update(|state| log.record(state, 1, jitter))
+            }),
+        )
     }
 
     fn refund<'a>(
@@ -325,7 +330,8 @@ impl RateLimiterStore for SqliteStore {
         ticket: u64,
         cost: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
+        let write = (Mode::Write, Late::Patient);
+        LimiterFuture::new(self.on_log(key, write, Some(policy), move |log| {
             log.refund(ticket, cost)
         }))
     }
@@ -338,7 +344,8 @@ impl RateLimiterStore for SqliteStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_log(key, Mode::Write, Some(policy), move |log| {
+        let write = (Mode::Write, Late::Patient);
+        LimiterFuture::new(self.on_log(key, write, Some(policy), move |log| {
             log.settle(ticket, from, to)
         }))
     }
@@ -354,7 +361,9 @@ impl RateLimiterStore for SqliteStore {
                 let at = log.blocked_until(&log.load()?, cost)?;
                 Ok(log.until(at))
             };
-            let blocked = self.on_log(key, Mode::Read, Some(policy), work).await?;
+            let blocked = self
+                .on_log(key, (Mode::Read, Late::Drop), Some(policy), work)
+                .await?;
             Ok(blocked.map(after))
         })
     }
@@ -371,7 +380,9 @@ impl RateLimiterStore for SqliteStore {
                 let (remaining, at) = try_search(policy.max_executions(), blocked)?;
                 Ok((remaining, log.until(at)))
             };
-            let (remaining, wait) = self.on_log(key, Mode::Read, Some(policy), work).await?;
+            let (remaining, wait) = self
+                .on_log(key, (Mode::Read, Late::Drop), Some(policy), work)
+                .await?;
             Ok(policy.status(u64::from(remaining), wait.map(nanos_to_duration)))
         })
     }
@@ -382,7 +393,11 @@ impl RateLimiterStore for SqliteStore {
         window: Duration,
     ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
         let window = micros(window);
-        LimiterFuture::new(self.on_log(key, Mode::Read, None, move |log| log.count(window)))
+        LimiterFuture::new(
+            self.on_log(key, (Mode::Read, Late::Drop), None, move |log| {
+                log.count(window)
+            }),
+        )
     }
 
     fn oldest_execution_at_offset<'a>(
@@ -397,7 +412,9 @@ impl RateLimiterStore for SqliteStore {
                 let start = log.in_window(window, offset)?;
                 Ok(start.map(|start| log.now.saturating_sub(start).max(0)))
             };
-            let age = self.on_log(key, Mode::Read, None, work).await?;
+            let age = self
+                .on_log(key, (Mode::Read, Late::Drop), None, work)
+                .await?;
             Ok(age.map(|age| {
                 let age = Duration::from_micros(u64::try_from(age).unwrap_or(0));
                 Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
@@ -411,7 +428,9 @@ impl RateLimiterStore for SqliteStore {
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
         LimiterFuture::new(async move {
             let work = |log: &Log<'_>| Ok(log.until(Some(stored(log.load()?.next_available))));
-            let paused = self.on_log(key, Mode::Read, None, work).await?;
+            let paused = self
+                .on_log(key, (Mode::Read, Late::Drop), None, work)
+                .await?;
             Ok(paused.map(after))
         })
     }
@@ -422,16 +441,18 @@ impl RateLimiterStore for SqliteStore {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         let pause = micros(at.saturating_duration_since(Instant::now()));
-        LimiterFuture::new(self.on_log(key, Mode::Write, None, move |log| {
-            log.update(|state| {
-                // A pause from outside is never undone by a refund.
-                state.pause_until(nonnegative(log.now.saturating_add(pause)));
-                Ok(())
-            })
-        }))
+        LimiterFuture::new(
+            self.on_log(key, (Mode::Write, Late::Drop), None, move |log| {
+                log.update(|state| {
+                    // A pause from outside is never undone by a refund.
+                    state.pause_until(nonnegative(log.now.saturating_add(pause)));
+                    Ok(())
+                })
+            }),
+        )
     }
 
     fn clear<'a>(&'a self, key: &'a SqliteKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_log(key, Mode::Write, None, |log| log.clear()))
+        LimiterFuture::new(self.on_log(key, (Mode::Write, Late::Drop), None, |log| log.clear()))
     }
 }

@@ -1,0 +1,291 @@
+//! A cancellation storm on a shared limit loses nothing: thousands of
+//! callers go through a `LimitLayer` on a store-backed limiter and are
+//! dropped at random points (before their decision is sent, while it is in
+//! flight, while they wait in line, between `poll_ready` and `call`, during
+//! the call), with a store timeout short enough that many decisions answer
+//! after their caller gave up. Afterwards the units the limit still grants
+//! plus the calls that really started must equal its capacity: every grant
+//! nobody used came back.
+//!
+//! Each quota is a pure count: the capacity refills once an hour (GCRA and
+//! token bucket) or per day-long window, so nothing refills during a run.
+//! `STORM_CALLERS` sets the number of callers (default 3,000).
+
+mod common;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::ms;
+use tower::{Service, ServiceExt, service_fn};
+use tower_layer::Layer;
+use tower_limits::store::{Quota, QuotaStore, RateLimiterStore};
+use tower_limits::{LimitLayer, Limiter, RateLimiter, SharedLimiter};
+
+/// The units each limit holds.
+const CAPACITY: u32 = 600;
+/// A window no run crosses (checked: a run that does is run again).
+const DAY: Duration = Duration::from_secs(86_400);
+/// How long a refill takes: longer than any run.
+const HOUR: Duration = Duration::from_secs(3_600);
+/// The callers arrive at random over this long.
+const ARRIVALS: Duration = Duration::from_millis(1_000);
+/// The most a caller lives before it is dropped.
+const MAX_LIFE: Duration = Duration::from_millis(60);
+
+fn callers() -> usize {
+    std::env::var("STORM_CALLERS")
+        .ok()
+        .and_then(|callers| callers.parse().ok())
+        .unwrap_or(3_000)
+}
+
+/// The quotas of the storm, by name.
+fn quotas() -> Vec<(&'static str, Quota)> {
+    vec![
+        (
+            "gcra",
+            Quota::gcra(1, HOUR).unwrap().with_burst(CAPACITY).unwrap(),
+        ),
+        (
+            "token_bucket",
+            Quota::token_bucket(CAPACITY, 1, HOUR).unwrap(),
+        ),
+        ("fixed_window", Quota::fixed_window(CAPACITY, DAY).unwrap()),
+        (
+            "sliding_window_counter",
+            Quota::sliding_window_counter(CAPACITY, DAY).unwrap(),
+        ),
+    ]
+}
+
+/// The day (Unix time) a run starts or ends in.
+fn day() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / DAY.as_secs()
+}
+
+/// What a storm left: calls that really started, and units still grantable.
+#[derive(Debug, PartialEq, Eq)]
+struct Aftermath {
+    real: u64,
+    remaining: u64,
+}
+
+/// A small deterministic generator, so a failing run can be told apart.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, bound: u64) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound.max(1)
+    }
+
+    fn duration(&mut self, max: Duration) -> Duration {
+        Duration::from_micros(self.below(max.as_micros() as u64 + 1))
+    }
+}
+
+/// Drives `limiter` with the storm through a `LimitLayer`, then waits for
+/// the units still grantable (asked of `probe`, a limiter on the same limit)
+/// to settle.
+async fn storm<L, P>(limiter: L, probe: P, seed: u64) -> Aftermath
+where
+    L: Limiter + Clone + Send + Sync + 'static,
+    P: Limiter,
+{
+    let real = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&real);
+    let inner = service_fn(move |pause: Duration| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(pause).await;
+            Ok::<_, Infallible>(())
+        }
+    });
+    let service = LimitLayer::new(limiter).layer(inner);
+    let mut dice = Dice(seed | 1);
+    let mut tasks = Vec::new();
+    for _ in 0..callers() {
+        let mut service = service.clone();
+        let arrival = dice.duration(ARRIVALS);
+        let life = dice.duration(MAX_LIFE);
+        let gap = dice.duration(ms(2));
+        let pause = dice.duration(ms(2));
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(arrival).await;
+            let call = async {
+                service.ready().await?;
+                // A caller may be dropped between `poll_ready` and `call`.
+                tokio::time::sleep(gap).await;
+                service.call(pause).await
+            };
+            let _ = tokio::time::timeout(life, call).await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let remaining = settled_remaining(&probe).await;
+    Aftermath {
+        real: real.load(Ordering::SeqCst),
+        remaining,
+    }
+}
+
+/// The units `probe` says are left, once refunds still in flight have
+/// landed: the same answer three times in a row, 200 ms apart (at most 30 s).
+async fn settled_remaining<P: Limiter>(probe: &P) -> u64 {
+    let mut last = None;
+    let mut same = 0;
+    for _ in 0..150 {
+        tokio::time::sleep(ms(200)).await;
+        let status = probe.quota_status().await.unwrap().expect("a quota status");
+        if last == Some(status.remaining()) {
+            same += 1;
+            if same == 3 {
+                break;
+            }
+        } else {
+            same = 0;
+        }
+        last = Some(status.remaining());
+    }
+    last.unwrap()
+}
+
+/// A store for the storm (with the short timeout) or for the probe.
+type MakeStore<S> = Box<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = S>>>>;
+
+/// The probe's store timeout: long enough for a busy machine.
+const LONG: Duration = Duration::from_secs(5);
+
+/// Runs the storm on every quota in stores made by `make_store`, and on a
+/// sliding log, and asserts that nothing was lost. The storm's stores give
+/// up after `short`: short enough that many decisions answer after their
+/// caller gave up.
+async fn storm_every_algorithm<S>(what: &str, short: Duration, make_store: MakeStore<S>)
+where
+    S: QuotaStore + RateLimiterStore,
+{
+    let mut losses = Vec::new();
+    for (seed, (algorithm, quota)) in quotas().into_iter().enumerate() {
+        let aftermath = loop {
+            let name = common::conformance::unique(algorithm);
+            let before = day();
+            let limiter = SharedLimiter::new(make_store(short).await, name.clone(), quota);
+            let probe = SharedLimiter::new(make_store(LONG).await, name, quota);
+            let aftermath = storm(limiter, probe, seed as u64 + 1).await;
+            if day() == before {
+                break aftermath;
+            }
+            eprintln!("{what} {algorithm}: the run crossed a day boundary, running it again");
+        };
+        report(what, algorithm, &aftermath, &mut losses);
+    }
+    let name = common::conformance::unique("sliding_log");
+    let log = |store| {
+        RateLimiter::builder(name.clone(), CAPACITY, DAY)
+            .without_backoff()
+            .store(store)
+            .build()
+            .unwrap()
+    };
+    let aftermath = storm(
+        log(make_store(short).await),
+        log(make_store(LONG).await),
+        99,
+    )
+    .await;
+    report(what, "sliding_log", &aftermath, &mut losses);
+    assert!(losses.is_empty(), "{what}: units lost: {losses:?}");
+}
+
+fn report(what: &str, algorithm: &str, aftermath: &Aftermath, losses: &mut Vec<String>) {
+    let Aftermath { real, remaining } = *aftermath;
+    println!("{what} {algorithm}: {real} real calls, {remaining} units left of {CAPACITY}");
+    if real + remaining != u64::from(CAPACITY) {
+        losses.push(format!(
+            "{algorithm}: {real} real + {remaining} left = {} of {CAPACITY}",
+            real + remaining
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_on_the_memory_store_loses_nothing() {
+    let store = tower_limits::store::MemoryStore::new();
+    let make: MakeStore<_> = Box::new(move |_| {
+        let store = store.clone();
+        Box::pin(async move { store })
+    });
+    storm_every_algorithm("memory", LONG, make).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_on_sqlite_loses_nothing() {
+    let db = Arc::new(common::sqlite::TempDb::new());
+    // Creates the schema, which a store with a short timeout might not.
+    db.open(LONG).await;
+    let make: MakeStore<_> = Box::new(move |timeout| {
+        let db = Arc::clone(&db);
+        Box::pin(async move {
+            let builder = || tower_limits::store::SqliteStore::builder(db.path()).timeout(timeout);
+            for _ in 0..100 {
+                if let Ok(store) = builder().open().await {
+                    return store;
+                }
+            }
+            panic!("could not open {} within {timeout:?}", db.path().display())
+        })
+    });
+    storm_every_algorithm("sqlite", ms(10), make).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_on_redis_loses_nothing() {
+    let Some(url) = common::redis::url("a_storm_on_redis_loses_nothing") else {
+        return;
+    };
+    let prefix = format!("{}:", common::conformance::unique("storm"));
+    let make: MakeStore<_> = Box::new(move |timeout| {
+        let builder = tower_limits::store::RedisStore::builder(url.clone())
+            .prefix(prefix.clone())
+            .timeout(timeout);
+        Box::pin(async move { builder.connect().await.unwrap() })
+    });
+    storm_every_algorithm("redis", ms(5), make).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_on_postgres_loses_nothing() {
+    let Some(url) = common::postgres::url("a_storm_on_postgres_loses_nothing") else {
+        return;
+    };
+    let prefix = format!("{}:", common::conformance::unique("storm"));
+    let make: MakeStore<_> = Box::new(move |timeout| {
+        let builder = tower_limits::store::PostgresStore::builder(url.clone())
+            .schema("tower_limits_test")
+            .prefix(prefix.clone())
+            .timeout(timeout);
+        Box::pin(async move {
+            let store = builder.connect().await.unwrap();
+            store.setup().await.unwrap();
+            store
+        })
+    });
+    storm_every_algorithm("postgres", ms(20), make).await;
+}
