@@ -577,9 +577,10 @@ async fn replay(
 ) -> Result<Vec<Outcome>, BoxError> {
     let capacity = config.capacity();
     let sliding_log = config.algorithm == Algorithm::SlidingLog;
-    // The grants still held, latest first: ticket and cost, as their
-    // permits would hold them.
-    let mut held: Vec<(i64, u32)> = Vec::new();
+    // The grants still held, latest first: ticket (none once a store
+    // could no longer adjust the grant down) and cost, as their permits
+    // would hold them.
+    let mut held: Vec<(Option<i64>, u32)> = Vec::new();
     let mut outcomes = Vec::with_capacity(steps.len());
     for step in steps {
         let now = EPOCH_US + i64::try_from(step.at_ms * 1_000)?;
@@ -589,7 +590,7 @@ async fn replay(
                 let reply = backend.run(now, Call::Acquire(cost)).await?;
                 match reply_at(&reply, 0)? {
                     1 => {
-                        held.insert(0, (reply_at(&reply, 1)?, cost));
+                        held.insert(0, (Some(reply_at(&reply, 1)?), cost));
                         held.truncate(HELD);
                         Outcome::Granted
                     }
@@ -631,16 +632,18 @@ async fn replay(
             Op::Settle(which, cost) => match held.get(which).copied() {
                 Some((ticket, from)) => {
                     // Both callers clamp to the capacity and skip a settle
-                    // that changes nothing.
+                    // that changes nothing (or a permit with no ticket).
                     let to = cost.min(capacity);
                     let mut new_ticket = ticket;
-                    if from != to {
+                    if let Some(ticket) = ticket.filter(|_| from != to) {
                         let reply = backend.run(now, Call::Adjust { ticket, from, to }).await?;
                         // A quota's adjust answers the ticket that now
                         // stands for the grant, or [0] when it no longer
-                        // can be adjusted down: the permit keeps its old one.
-                        if !sliding_log && reply.first() == Some(&1) {
-                            new_ticket = reply_at(&reply, 1)?;
+                        // can be adjusted down: the permit forgets its own.
+                        if !sliding_log {
+                            new_ticket = (reply.first() == Some(&1))
+                                .then(|| reply_at(&reply, 1))
+                                .transpose()?;
                         }
                     }
                     held[which] = (new_ticket, to);
@@ -649,7 +652,8 @@ async fn replay(
                 None => Outcome::NoPermit,
             },
             Op::Refund(which) => match (which < held.len()).then(|| held.remove(which)) {
-                Some((ticket, cost)) => {
+                Some((None, _)) => Outcome::Done,
+                Some((Some(ticket), cost)) => {
                     let call = if sliding_log {
                         Call::Refund { ticket, cost }
                     } else {
@@ -753,7 +757,7 @@ impl RedisBackend {
         let keys = if config.algorithm == Algorithm::SlidingLog {
             vec![format!("{base}:log"), format!("{base}:state")]
         } else {
-            vec![format!("{base}:quota")]
+            vec![format!("{base}:quota"), format!("{base}:gaps")]
         };
         Self {
             connection,
@@ -1289,12 +1293,13 @@ fn directed(config: &Config, index: u64, label: &str, steps: &[(u64, Op)]) -> Ve
 }
 
 /// Sequences the random scripts reach only now and then: on GCRA, a grant
-/// settled or refunded after later calls changed the state. Each was a
-/// divergence between the scripts and Rust, fixed on the side that broke
-/// the stores' rule (see each comment).
+/// settled or refunded after later calls changed the state. Each grant
+/// holds a slot of GCRA's line; giving it back frees the slot's time still
+/// ahead, at the line's end or as a gap the next grant takes
+/// (`src/algorithms/slots.rs`).
 #[test]
 fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
-    use Op::{Acquire, Refund, Settle, Status};
+    use Op::{Acquire, Peek, Refund, Settle, Status};
     let started = std::time::Instant::now();
     let fast = &CONFIGS[0]; // 5 per 1 s, burst 3: a cell is 200 ms, a burst 600 ms.
     let long = &CONFIGS[2]; // 4 per 1 s, burst 6: a cell is 250 ms, a burst 1.5 s.
@@ -1303,9 +1308,8 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
         (5, 3, 4, 6)
     );
     let vectors = [
-        // A later grant of cost 0 leaves the TAT where the first grant left
-        // it: the first one can still be refunded (the scripts bumped their
-        // ticket counter on every save, and refused).
+        // A later grant of cost 0 takes no slot: the first grant can still
+        // be refunded.
         directed(
             fast,
             1_000,
@@ -1331,10 +1335,8 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (70, Acquire(2)),
             ],
         ),
-        // A later grant, refunded: the TAT is back where the first grant
-        // left it, but it moved twice since, so the first grant's refund is
-        // refused (the in-memory GcraLimiter, whose token is the TAT
-        // itself, makes it: it was the reference once, and differed here).
+        // Refunds in the reverse order of their grants: each frees the
+        // line's end.
         directed(
             fast,
             1_002,
@@ -1347,10 +1349,9 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (30, Status),
             ],
         ),
-        // A refund of a grant made before the state expired: it must not
-        // take back the units of a grant made after (the scripts restarted
-        // their ticket counter at 0, so the new grant had the old ticket).
-        // Only PostgreSQL, whose rows expire on the fake clock, shows it.
+        // A refund of a grant made before the state expired: its slot has
+        // passed, and it must not take back the time of a grant made after.
+        // Only PostgreSQL, whose rows expire on the fake clock, shows expiry.
         directed(
             fast,
             1_003,
@@ -1362,10 +1363,10 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (5_000, Status),
             ],
         ),
-        // A late settle up charges on top of the TAT the grant left, which
-        // can bring it back ahead of now even a second after it passed:
-        // the state must not have expired (the scripts kept it one second
-        // past the TAT, less than this burst). PostgreSQL only, as above.
+        // A late settle up charges on top of the line's end, which can
+        // bring it back ahead of now even a second after it passed: the
+        // state must not have expired (the scripts kept it one second past
+        // the TAT, less than this burst). PostgreSQL only, as above.
         directed(
             long,
             1_004,
@@ -1375,6 +1376,78 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (1_300, Settle(0, 6)),
                 (1_300, Status),
                 (1_300, Acquire(6)),
+            ],
+        ),
+        // A grant refunded while a later one holds the line's end: a gap,
+        // counted free, which the next grant takes (and the one after it
+        // then extends the line).
+        directed(
+            long,
+            1_005,
+            "a refund inside the line leaves a gap the next grant takes",
+            &[
+                (0, Acquire(2)),
+                (0, Acquire(2)),
+                (10, Refund(1)),
+                (10, Status),
+                (20, Peek(5)),
+                (20, Acquire(2)),
+                (20, Status),
+                (30, Acquire(1)),
+                (30, Status),
+                (40, Acquire(2)),
+            ],
+        ),
+        // A gap partly passed by the time the next grant comes: only what
+        // is ahead counts, and a grant too big for it extends the line.
+        directed(
+            long,
+            1_006,
+            "a gap passes while no grant takes it",
+            &[
+                (0, Acquire(3)),
+                (0, Acquire(3)),
+                (100, Refund(1)),
+                (400, Status),
+                (400, Acquire(3)),
+                (400, Status),
+                (900, Acquire(2)),
+                (900, Status),
+            ],
+        ),
+        // Gaps that touch join, and a refund at the line's end takes back
+        // the gaps before it.
+        directed(
+            long,
+            1_007,
+            "gaps join and fold into the line's end",
+            &[
+                (0, Acquire(1)),
+                (0, Acquire(1)),
+                (0, Acquire(1)),
+                (0, Acquire(1)),
+                (10, Refund(1)),
+                (10, Acquire(1)),
+                (20, Refund(1)),
+                (20, Status),
+                (30, Refund(0)),
+                (30, Status),
+                (40, Acquire(6)),
+            ],
+        ),
+        // A settle down frees the end of the grant's slot; refunding the
+        // rest later frees the remainder, even after later grants.
+        directed(
+            long,
+            1_008,
+            "settle down, a later grant, then a refund of the rest",
+            &[
+                (0, Acquire(4)),
+                (10, Settle(0, 2)),
+                (10, Acquire(1)),
+                (20, Refund(1)),
+                (20, Status),
+                (30, Acquire(5)),
             ],
         ),
     ];

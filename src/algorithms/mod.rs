@@ -12,4 +12,5 @@ pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window_counter;
+pub(crate) mod slots;
 pub(crate) mod windows;

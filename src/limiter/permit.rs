@@ -348,6 +348,16 @@ impl Permit {
         }
     }
 
+    /// Changes the cost after a limiter settled it, and forgets a plain
+    /// token: the grant can no longer be adjusted (its store gave it a new
+    /// ticket the permit cannot learn, or none).
+    pub(crate) fn settled_for_good(&mut self, cost: u32) {
+        self.cost = Cost::new(cost);
+        if matches!(self.kind, PermitKind::Token(_)) {
+            self.kind = PermitKind::Unit;
+        }
+    }
+
     /// The permits of a [`Permit::many`], to settle one by one.
     pub(crate) fn parts_mut(&mut self) -> &mut [Permit] {
         if !matches!(self.kind, PermitKind::Many(_)) {

@@ -332,9 +332,10 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
         })
     }
 
-    /// Gives the units back where the quota's algorithm allows (a GCRA
-    /// grant only if nothing was taken since); in a task if the store is
-    /// remote.
+    /// Gives the units back where the quota's algorithm allows: a window
+    /// grant's while its window counts, a GCRA or token bucket grant's time
+    /// still ahead of now, whatever was granted since (see
+    /// [`QuotaStore::adjust`]); in a task if the store is remote.
     fn refund(&self, permit: Permit) {
         if let (Some(ticket), cost) = permit.disarm() {
             self.shared.adjust(ticket, cost, 0);
@@ -343,18 +344,22 @@ impl<S: QuotaStore> Limiter for SharedLimiter<S> {
 
     /// Charges or gives back the difference, up to the quota's capacity.
     /// With a store that answers in a task (Redis, PostgreSQL, SQLite), a
-    /// GCRA or token bucket permit keeps the ticket it had: a later refund
-    /// or settle of the same permit then gives nothing back, since the
-    /// store's ticket moved with the first adjustment (never more admitted,
-    /// only fewer units returned).
+    /// GCRA or token bucket permit cannot learn its grant's new ticket: a
+    /// later refund or settle of the same permit gives nothing back (never
+    /// more admitted, only fewer units returned).
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
         let actual = actual.min(self.shared.quota().capacity());
         if from != actual {
-            let ticket = self.shared.adjust(ticket, from, actual);
-            permit.settled(actual, ticket);
+            match self.shared.adjust(ticket, from, actual) {
+                // A window grant's ticket (its window) stands; a GCRA
+                // grant's (its slot's end) moved where the permit cannot
+                // learn it.
+                None if self.quota().kind().is_cells() => permit.settled_for_good(actual),
+                ticket => permit.settled(actual, ticket),
+            }
         }
     }
 

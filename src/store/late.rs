@@ -8,7 +8,7 @@
 //! nobody took goes to an undo that gives the units back. Calls that give
 //! units back (refunds, releases) have no caller waiting for them: they get
 //! the same bound instead of the timeout, and are tried again while the
-//! store says they were not applied ([`until_applied`]).
+//! store says they were not applied, for as long ([`until_applied`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -16,19 +16,21 @@ use std::time::Duration;
 use super::StoreError;
 use crate::error::LimiterError;
 
-/// How many times a refund is tried while the store says it was not applied
-/// (the first try included), and the pause before the second.
-const TRIES: u32 = 8;
+/// How long a refund is tried again while the store says it was not
+/// applied, and the pauses between tries: from 10 ms, doubling up to 1 s.
+const RETRY_FOR: Duration = Duration::from_secs(30);
 const FIRST_RETRY: Duration = Duration::from_millis(10);
+const LONGEST_RETRY: Duration = Duration::from_secs(1);
 
-/// Runs `op` until it succeeds, again (after 10 ms, then twice as long each
-/// time, up to 8 tries) while the store says a try changed nothing. Its
-/// answer, or `None` after logging that `limiter` could not `what`.
+/// Runs `op` until it succeeds, again while the store says a try changed
+/// nothing (after 10 ms, then twice as long each time up to 1 s, for 30 s).
+/// Its answer, or `None` after logging that `limiter` could not `what`.
 pub(crate) async fn until_applied<T, F, Fut>(limiter: &str, what: &str, mut op: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, LimiterError>>,
 {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
     let mut pause = FIRST_RETRY;
     let mut tries = 1;
     loop {
@@ -40,7 +42,7 @@ where
             .get_ref()
             .downcast_ref::<StoreError>()
             .is_some_and(StoreError::was_not_applied);
-        if !unapplied || tries == TRIES {
+        if !unapplied || tokio::time::Instant::now() + pause > deadline {
             tracing::warn!(
                 limiter,
                 %error,
@@ -50,7 +52,7 @@ where
             return None;
         }
         tokio::time::sleep(pause).await;
-        pause *= 2;
+        pause = (pause * 2).min(LONGEST_RETRY);
         tries += 1;
     }
 }
@@ -64,14 +66,13 @@ pub(crate) use reconcile::{Late, answer, undo_grant, undo_lease, undo_start};
 mod reconcile {
     use std::future::Future;
     use std::pin::Pin;
+    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+    use std::task::{Poll, Waker};
     use std::time::Duration;
-
-    use tokio::sync::oneshot;
 
     use super::until_applied;
     use crate::store::{
-        LeaseStore, Quota, QuotaStore, RateLimiterStore, StoreError, StoreErrorKind,
-        WindowDecision, WindowPolicy,
+        LeaseStore, Quota, QuotaStore, RateLimiterStore, StoreError, WindowDecision, WindowPolicy,
     };
 
     /// How long a store call may run once its caller stopped waiting, and
@@ -145,28 +146,141 @@ mod reconcile {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return within(backend, timeout, work).await;
         };
-        let (answered, answer) = oneshot::channel();
+        let meeting = Arc::new(Meeting::new(undo));
+        let caller = Caller {
+            meeting: Arc::clone(&meeting),
+            runtime: runtime.clone(),
+        };
         drop(runtime.spawn(async move {
-            let Ok(result) = tokio::time::timeout(LATE_ANSWER_BOUND, work).await else {
-                tracing::warn!(
+            match tokio::time::timeout(LATE_ANSWER_BOUND, work).await {
+                Ok(answer) => meeting.answer(answer).await,
+                Err(_) => tracing::warn!(
                     backend,
                     "a store call that may have taken units gave no answer within \
                      {LATE_ANSWER_BOUND:?}: they return only when their time in the limit passes"
-                );
-                return;
-            };
-            if let Err(Ok(unclaimed)) = answered.send(result) {
-                undo(unclaimed).await;
+                ),
             }
         }));
-        match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(StoreError::new(
-                backend,
-                StoreErrorKind::Refused,
-                "the task running the call ended without an answer",
-            )),
-            Err(_) => Err(StoreError::timeout(backend, timeout)),
+        match tokio::time::timeout(timeout, caller.wait()).await {
+            Ok(answer) => answer,
+            // Gone, unless the answer came in the meantime.
+            Err(_) => caller
+                .give_up()
+                .unwrap_or_else(|| Err(StoreError::timeout(backend, timeout))),
+        }
+    }
+
+    /// Where a store call's task leaves its answer for the caller, or
+    /// gives back what an answer nobody takes granted. The lock makes
+    /// "answered" and "the caller is gone" exclusive: every answer is
+    /// either taken or undone.
+    struct Meeting<T> {
+        state: Mutex<Answer<T>>,
+    }
+
+    enum Answer<T> {
+        /// The call runs; the caller waits (with this waker, once polled).
+        Awaited(Option<Waker>, Undo<T>),
+        /// The call answered; the caller has not taken it yet.
+        Given(Result<T, StoreError>, Undo<T>),
+        /// The caller is gone: an answer goes to the undo.
+        Abandoned(Undo<T>),
+        /// Taken, or undone.
+        Done,
+    }
+
+    impl<T: Send + 'static> Meeting<T> {
+        fn new(undo: Undo<T>) -> Self {
+            Self {
+                state: Mutex::new(Answer::Awaited(None, undo)),
+            }
+        }
+
+        fn lock(&self) -> MutexGuard<'_, Answer<T>> {
+            self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// Leaves `answer` for the caller, or undoes it if the caller is
+        /// gone.
+        async fn answer(&self, answer: Result<T, StoreError>) {
+            let undo = {
+                let mut state = self.lock();
+                match std::mem::replace(&mut *state, Answer::Done) {
+                    Answer::Awaited(waker, undo) => {
+                        *state = Answer::Given(answer, undo);
+                        if let Some(waker) = waker {
+                            waker.wake();
+                        }
+                        return;
+                    }
+                    Answer::Abandoned(undo) => undo,
+                    given @ (Answer::Given(..) | Answer::Done) => {
+                        *state = given;
+                        return;
+                    }
+                }
+            };
+            if let Ok(granted) = answer {
+                undo(granted).await;
+            }
+        }
+    }
+
+    /// The caller's side of a [`Meeting`]: abandons it when dropped.
+    struct Caller<T: Send + 'static> {
+        meeting: Arc<Meeting<T>>,
+        runtime: tokio::runtime::Handle,
+    }
+
+    impl<T: Send + 'static> Caller<T> {
+        /// The call's answer, when it comes.
+        fn wait(&self) -> impl Future<Output = Result<T, StoreError>> + '_ {
+            std::future::poll_fn(|cx| {
+                let mut state = self.meeting.lock();
+                match std::mem::replace(&mut *state, Answer::Done) {
+                    Answer::Given(answer, _) => Poll::Ready(answer),
+                    Answer::Awaited(_, undo) => {
+                        *state = Answer::Awaited(Some(cx.waker().clone()), undo);
+                        Poll::Pending
+                    }
+                    other => {
+                        *state = other;
+                        Poll::Pending
+                    }
+                }
+            })
+        }
+
+        /// Stops waiting; the answer if it came already.
+        fn give_up(self) -> Option<Result<T, StoreError>> {
+            let mut state = self.meeting.lock();
+            match std::mem::replace(&mut *state, Answer::Done) {
+                Answer::Given(answer, _) => Some(answer),
+                Answer::Awaited(_, undo) => {
+                    *state = Answer::Abandoned(undo);
+                    None
+                }
+                other => {
+                    *state = other;
+                    None
+                }
+            }
+        }
+    }
+
+    impl<T: Send + 'static> Drop for Caller<T> {
+        /// A caller dropped while the call runs abandons it; one dropped
+        /// after the answer came without taking it undoes it.
+        fn drop(&mut self) {
+            let mut state = self.meeting.lock();
+            match std::mem::replace(&mut *state, Answer::Done) {
+                Answer::Awaited(_, undo) => *state = Answer::Abandoned(undo),
+                Answer::Given(Ok(granted), undo) => {
+                    drop(state);
+                    drop(self.runtime.spawn(undo(granted)));
+                }
+                other => *state = other,
+            }
         }
     }
 
@@ -247,5 +361,77 @@ mod reconcile {
             let release = || store.release(&key, ticket, cost);
             until_applied(&name, "release leases nobody took", release).await;
         })
+    }
+}
+
+#[cfg(all(test, any(feature = "redis", feature = "postgres", feature = "sqlite")))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::{Late, answer};
+    use crate::store::StoreError;
+
+    const TIMEOUT: Duration = Duration::from_millis(10);
+
+    /// A late answer's undo that counts the units it gives back.
+    fn counting(undone: &Arc<AtomicU32>) -> Late<u32> {
+        let undone = Arc::clone(undone);
+        Late::undo(move |units: u32| async move {
+            undone.fetch_add(units, Ordering::SeqCst);
+        })
+    }
+
+    /// A store call answering `units` after `delay`.
+    async fn call(delay: Duration, units: u32) -> Result<u32, StoreError> {
+        tokio::time::sleep(delay).await;
+        Ok(units)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_is_the_callers() {
+        let undone = Arc::new(AtomicU32::new(0));
+        let late = counting(&undone);
+        let answered = answer("test", TIMEOUT, late, call(TIMEOUT / 2, 3)).await;
+        assert_eq!(answered, Ok(3));
+        tokio::time::sleep(TIMEOUT * 10).await;
+        assert_eq!(undone.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_after_the_timeout_is_undone() {
+        let undone = Arc::new(AtomicU32::new(0));
+        let late = counting(&undone);
+        let answered = answer("test", TIMEOUT, late, call(TIMEOUT * 2, 3)).await;
+        assert!(answered.is_err(), "{answered:?}");
+        tokio::time::sleep(TIMEOUT * 10).await;
+        assert_eq!(undone.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_for_a_dropped_caller_is_undone() {
+        let undone = Arc::new(AtomicU32::new(0));
+        let late = counting(&undone);
+        let asking = answer("test", TIMEOUT, late, call(TIMEOUT / 2, 3));
+        assert!(tokio::time::timeout(TIMEOUT / 4, asking).await.is_err());
+        tokio::time::sleep(TIMEOUT * 10).await;
+        assert_eq!(undone.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_answer_is_taken_or_undone_however_the_race_ends() {
+        // Answers due right at the timeout, on two threads: whichever side
+        // wins, the units end up with the caller or back, never lost.
+        let undone = Arc::new(AtomicU32::new(0));
+        let mut taken = 0;
+        for _ in 0..300 {
+            let late = counting(&undone);
+            if let Ok(units) = answer("test", TIMEOUT, late, call(TIMEOUT, 1)).await {
+                taken += units;
+            }
+        }
+        tokio::time::sleep(TIMEOUT * 10).await;
+        assert_eq!(taken + undone.load(Ordering::SeqCst), 300);
     }
 }

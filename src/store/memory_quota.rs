@@ -69,8 +69,8 @@ impl MemoryStore {
         let slot = match &mut *slot {
             Some(current) if current.quota == *quota => current,
             current => {
-                let fresh = QuotaState::fresh(quota, windows, now);
-                let state = match current {
+                let fresh = QuotaState::fresh(quota, windows);
+                let state = match current.take() {
                     Some(previous) => previous.state.renewed(fresh),
                     None => fresh,
                 };

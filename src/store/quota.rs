@@ -50,6 +50,13 @@ pub(crate) enum QuotaKind {
     SlidingWindowCounter { max: u32, window: Duration },
 }
 
+impl QuotaKind {
+    /// Whether this is GCRA or the token bucket.
+    pub(crate) fn is_cells(self) -> bool {
+        matches!(self, Self::Cells { .. })
+    }
+}
+
 impl Quota {
     /// GCRA: `count` calls per `period`, evenly spaced, one at a time (raise
     /// the burst with [`with_burst`](Quota::with_burst)). As [`GcraLimiter::new`](crate::GcraLimiter::new).
@@ -415,14 +422,16 @@ pub trait QuotaStore: Send + Sync + 'static {
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
     /// Turns the `from` units granted with `ticket` into `to`: a refund
-    /// (`to` = 0) or a settled cost. Units come back only where the
-    /// algorithm allows: a window grant's while its window counts, a GCRA
-    /// grant's only if nothing moved the TAT since (every store keeps a
-    /// generation that moves with it; the in-memory
-    /// [`GcraLimiter`](crate::GcraLimiter) compares the TAT itself, which
-    /// also lets refunds made in the reverse order of their grants through).
-    /// Extra units are always charged. Answers the ticket that now stands for
-    /// the grant, or `None` if it can no longer be adjusted down.
+    /// (`to` = 0) or a settled cost. `from` must be the cost the ticket
+    /// was granted or last adjusted with. Units come back only where the
+    /// algorithm allows: a window grant's while its window counts; a GCRA
+    /// or token bucket grant's time still ahead of now, whatever was granted
+    /// since (each grant holds a slot of GCRA's line, its ticket the slot's
+    /// end; a refund inside the line leaves a gap the next grant takes, and
+    /// up to 64 gaps are kept). A ticket given back already, or granted
+    /// under another interval, gives nothing back. Extra units are always
+    /// charged. Answers the ticket that now stands for the grant, or `None`
+    /// if it can no longer be adjusted down.
     ///
     /// ```
     /// use std::time::Duration;

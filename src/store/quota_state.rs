@@ -6,29 +6,35 @@
 //!
 //! Times are nanoseconds from the store's origin: its clock's epoch in
 //! memory, the Unix epoch in SQLite. A grant's ticket is the window it was
-//! counted in, or for GCRA the generation of the TAT it left.
+//! counted in, or for GCRA the end of the slot it holds (see
+//! [`slots`](crate::algorithms::slots)).
 
 use super::quota::{Quota, QuotaKind};
 use crate::algorithms::fixed_window;
-use crate::algorithms::gcra::{CellConfig, judge};
+use crate::algorithms::gcra::CellConfig;
 use crate::algorithms::sliding_window_counter::Counts;
+use crate::algorithms::slots::Line;
 use crate::algorithms::windows::Windows;
 
 /// The state of one quota, by algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum QuotaState {
     Cells(Cells),
     FixedWindow(FixedWindow),
     SlidingWindowCounter(SlidingWindowCounter),
 }
 
-/// GCRA (and the token bucket): the theoretical arrival time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// GCRA (and the token bucket): the line of slots grants hold, which ends
+/// at the theoretical arrival time.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Cells {
     pub(crate) config: CellConfig,
-    pub(crate) tat: u64,
-    /// Bumped on every change of the TAT: a grant's ticket.
-    pub(crate) generation: u64,
+    pub(crate) line: Line,
+    /// The interval the line's slots were cut with; a slot ending at or
+    /// before `retuned` was cut with an earlier one, and is not given back
+    /// (its length is not known).
+    pub(crate) cut: u64,
+    pub(crate) retuned: u64,
     /// Nothing starts before this.
     pub(crate) not_before: u64,
 }
@@ -56,16 +62,19 @@ pub(crate) struct SlidingWindowCounter {
 impl QuotaState {
     /// A fresh state for `quota` (full capacity, no pause). `windows`
     /// places a window quota's boundaries on the store's time (they fall on
-    /// multiples of the window in Unix time); a GCRA generation starts at
-    /// `now`, so no ticket of an earlier state of the same name matches.
-    pub(crate) fn fresh(quota: &Quota, windows: impl Fn(Windows) -> Windows, now: u64) -> Self {
+    /// multiples of the window in Unix time).
+    pub(crate) fn fresh(quota: &Quota, windows: impl Fn(Windows) -> Windows) -> Self {
         match quota.kind() {
-            QuotaKind::Cells { interval, burst } => Self::Cells(Cells {
-                config: CellConfig::validated(interval, burst),
-                tat: 0,
-                generation: now,
-                not_before: 0,
-            }),
+            QuotaKind::Cells { interval, burst } => {
+                let config = CellConfig::validated(interval, burst);
+                Self::Cells(Cells {
+                    config,
+                    line: Line::default(),
+                    cut: config.interval_nanos(),
+                    retuned: 0,
+                    not_before: 0,
+                })
+            }
             QuotaKind::FixedWindow { max, window } => Self::FixedWindow(FixedWindow {
                 windows: windows(Windows::validated(max, window)),
                 index: None,
@@ -83,15 +92,19 @@ impl QuotaState {
     }
 
     /// The state of `fresh`'s quota, which replaced the one `self` was
-    /// made for: a GCRA state keeps its TAT, pause and generation under the
-    /// new rate and burst (what was spent still counts); any other change
-    /// starts afresh.
+    /// made for: a GCRA state keeps its line and pause under the new rate
+    /// and burst (what was spent still counts); any other change starts
+    /// afresh.
     pub(crate) fn renewed(self, fresh: Self) -> Self {
         match (self, fresh) {
-            (Self::Cells(kept), Self::Cells(fresh)) => Self::Cells(Cells {
-                config: fresh.config,
-                ..kept
-            }),
+            (Self::Cells(kept), Self::Cells(fresh)) => {
+                let mut cells = Cells {
+                    config: fresh.config,
+                    ..kept
+                };
+                cells.recut();
+                Self::Cells(cells)
+            }
             (_, fresh) => fresh,
         }
     }
@@ -109,7 +122,7 @@ impl QuotaState {
     /// When `cost` units could be taken, if not at `now`.
     pub(crate) fn blocked_until(&self, now: u64, cost: u32) -> Option<u64> {
         match self {
-            Self::Cells(cells) => cells.judge(now, cost).err(),
+            Self::Cells(cells) => cells.blocked_until(now, cost),
             Self::FixedWindow(window) => window.blocked_until(now, cost),
             Self::SlidingWindowCounter(counter) => {
                 let (windows, not_before) = (&counter.windows, counter.not_before);
@@ -122,8 +135,8 @@ impl QuotaState {
     pub(crate) fn take(&mut self, now: u64) {
         match self {
             Self::Cells(cells) => {
-                let tat = cells.tat.max(now).saturating_add(cells.config.weight(1));
-                cells.move_tat(tat);
+                cells.line.pass(now);
+                cells.line.take(now, cells.config.weight(1));
             }
             Self::FixedWindow(window) => {
                 let current = window.windows.index(now);
@@ -140,7 +153,7 @@ impl QuotaState {
     /// that now stands for the grant, if it can still be adjusted down.
     pub(crate) fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) -> Option<u64> {
         match self {
-            Self::Cells(cells) => cells.adjust(ticket, from, to),
+            Self::Cells(cells) => cells.adjust(now, ticket, from, to),
             Self::FixedWindow(window) => {
                 window.recount(now, ticket, from, to);
                 Some(ticket)
@@ -164,26 +177,38 @@ impl QuotaState {
 }
 
 impl Cells {
-    /// The GCRA test: the TAT a grant of `cost` leaves, or when it would
-    /// conform.
-    fn judge(&self, now: u64, cost: u32) -> Result<u64, u64> {
-        judge(self.config, now, self.not_before, self.tat, cost)
+    /// Takes the slots cut with an interval other than the configuration's
+    /// as unknown: they are not given back, and their gaps are forgotten.
+    /// Run whenever a configuration meets a stored line.
+    pub(crate) fn recut(&mut self) {
+        let interval = self.config.interval_nanos();
+        if self.cut != interval {
+            (self.cut, self.retuned) = (interval, self.line.tat);
+            self.line.gaps.clear();
+        }
+    }
+
+    /// When a grant of `cost` would conform, if not at `now`: once at most
+    /// a burst less its weight of the line is held ahead of now, and the
+    /// pause is over. A cost above the burst (possible only if a retune
+    /// lowered it since the caller's check) is told to retry now, when the
+    /// check refuses it.
+    fn blocked_until(&self, now: u64, cost: u32) -> Option<u64> {
+        let config = self.config;
+        if cost > config.burst() {
+            return Some(now);
+        }
+        let room = config.span() - config.weight(cost);
+        let ready = self.line.held_at_most(now, room).max(self.not_before);
+        (ready > now).then_some(ready)
     }
 
     fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
-        let tat = self.judge(now, cost)?;
-        self.move_tat(tat);
-        Ok(self.generation)
-    }
-
-    /// Moves the TAT; the generation moves with it, so the tickets of
-    /// earlier grants no longer match (a grant of cost 0, which leaves the
-    /// TAT where it was, voids none).
-    fn move_tat(&mut self, tat: u64) {
-        if tat != self.tat {
-            self.tat = tat;
-            self.generation = self.generation.wrapping_add(1);
+        if let Some(ready) = self.blocked_until(now, cost) {
+            return Err(ready);
         }
+        self.line.pass(now);
+        Ok(self.line.take(now, self.config.weight(cost)))
     }
 
     /// When the state stops mattering: once the TAT plus a whole burst has
@@ -191,23 +216,24 @@ impl Cells {
     /// grant left.
     #[cfg(feature = "sqlite")]
     pub(crate) fn ends(&self) -> u64 {
-        self.tat.saturating_add(self.config.span())
+        self.line.tat.saturating_add(self.config.span())
     }
 
-    /// A decrease only if nothing moved the TAT since the grant; an
-    /// increase always.
-    fn adjust(&mut self, ticket: u64, from: u32, to: u32) -> Option<u64> {
-        let matched = self.generation == ticket;
-        let difference = self.config.weight(from.abs_diff(to));
-        if to < from {
-            if !matched {
-                return None;
-            }
-            self.move_tat(self.tat.saturating_sub(difference));
-        } else {
-            self.move_tat(self.tat.saturating_add(difference));
+    /// Gives back, or charges, the difference between `from` and `to` cells
+    /// of the grant whose slot ends at `ticket`; its new ticket, if it can
+    /// still be adjusted down.
+    fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) -> Option<u64> {
+        self.line.pass(now);
+        let cut_before = ticket <= self.retuned;
+        let weight = self.config.weight(from.abs_diff(to));
+        if to > from {
+            let grown = self.line.charge(now, ticket, weight);
+            return grown.filter(|_| !cut_before);
         }
-        matched.then_some(self.generation)
+        if cut_before || !self.line.give_back(now, ticket, weight) {
+            return None;
+        }
+        Some(ticket.saturating_sub(weight))
     }
 }
 

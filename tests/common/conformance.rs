@@ -40,6 +40,7 @@ macro_rules! conformance {
             $crate::conformance!(@checks $make;
                 quota_grants_capacity_then_names_retry,
                 quota_refund_and_peek,
+                quota_refund_after_later_grants,
                 quota_settle,
                 quota_pause,
                 quota_take_and_reset,
@@ -204,6 +205,71 @@ pub(crate) async fn quota_refund_and_peek<S: Store>(store: S) {
         granted(store.decide(&key, &quota, 3).await.unwrap());
     })
     .await;
+}
+
+/// A GCRA or token bucket grant is given back whatever was granted since,
+/// in any order: a refund inside the line leaves a gap the next grant
+/// takes. (Each quota refills once an hour: no time in the check counts.)
+pub(crate) async fn quota_refund_after_later_grants<S: Store>(store: S) {
+    let hour = Duration::from_secs(3_600);
+    let quotas = [
+        ("gcra", Quota::gcra(1, hour).unwrap().with_burst(4).unwrap()),
+        ("token_bucket", Quota::token_bucket(4, 1, hour).unwrap()),
+    ];
+    for (what, quota) in quotas {
+        let key = store.quota_key(&unique(what));
+        let mut tickets = Vec::new();
+        for _ in 0..4 {
+            tickets.push(granted(store.decide(&key, &quota, 1).await.unwrap()));
+        }
+        assert!(full(&store, &key, &quota).await, "{what}: full");
+        // The second grant, inside the line: its unit is free again (once:
+        // a second refund gives nothing), and the next grant takes it.
+        assert!(
+            store
+                .adjust(&key, &quota, tickets[1], 1, 0)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            store.adjust(&key, &quota, tickets[1], 1, 0).await.unwrap(),
+            None,
+            "{what}"
+        );
+        assert_eq!(
+            store.look(&key, &quota, 1).await.unwrap(),
+            None,
+            "{what}: one back"
+        );
+        assert!(
+            store.look(&key, &quota, 2).await.unwrap().is_some(),
+            "{what}: only one"
+        );
+        let refilled = granted(store.decide(&key, &quota, 1).await.unwrap());
+        assert!(full(&store, &key, &quota).await, "{what}: taken again");
+        // The rest, out of order: everything comes back.
+        for ticket in [tickets[0], tickets[3], refilled, tickets[2]] {
+            assert!(
+                store
+                    .adjust(&key, &quota, ticket, 1, 0)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "{what}"
+            );
+        }
+        assert_eq!(
+            store.look(&key, &quota, 4).await.unwrap(),
+            None,
+            "{what}: all back"
+        );
+    }
+}
+
+/// Whether `quota` at `key` has no unit free now.
+async fn full<S: Store>(store: &S, key: &S::QuotaKey, quota: &Quota) -> bool {
+    store.look(key, quota, 1).await.unwrap().is_some()
 }
 
 /// Settling to a higher cost charges the difference; to a lower one gives

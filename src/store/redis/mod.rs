@@ -609,7 +609,7 @@ impl fmt::Debug for RedisStore {
 /// # async fn main() -> Result<(), tower_limits::store::StoreError> {
 /// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("app:").connect().await?;
 /// let key: RedisKey = store.quota_key("search");
-/// assert_eq!(key.parts(), ["app:{search}:quota"]);
+/// assert_eq!(key.parts(), ["app:{search}:quota", "app:{search}:gaps"]);
 /// # Ok(())
 /// # }
 /// ```

@@ -67,7 +67,7 @@ impl QuotaStore for RedisStore {
     type QuotaKey = RedisKey;
 
     fn quota_key(&self, name: &str) -> RedisKey {
-        RedisKey::new(&self.base_key(name), &["quota"])
+        RedisKey::new(&self.base_key(name), &["quota", "gaps"])
     }
 
     /// Loads every script, so the first decisions need no `SCRIPT LOAD`.

@@ -20,18 +20,16 @@ use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
 /// The state of `quota` called `name`: its row in its algorithm's table,
 /// or a fresh state. Windows fall on multiples of their length in Unix
 /// time, the store's times.
-fn load(tx: &Transaction<'_>, name: &str, quota: &Quota, now: Now) -> rusqlite::Result<QuotaState> {
-    Ok(
-        match QuotaState::fresh(quota, |windows| windows, nonnegative(now.0)) {
-            QuotaState::Cells(fresh) => QuotaState::Cells(cells::load(tx, name, fresh)?),
-            QuotaState::FixedWindow(fresh) => {
-                QuotaState::FixedWindow(fixed_window::load(tx, name, fresh)?)
-            }
-            QuotaState::SlidingWindowCounter(fresh) => {
-                QuotaState::SlidingWindowCounter(sliding_window_counter::load(tx, name, fresh)?)
-            }
-        },
-    )
+fn load(tx: &Transaction<'_>, name: &str, quota: &Quota) -> rusqlite::Result<QuotaState> {
+    Ok(match QuotaState::fresh(quota, |windows| windows) {
+        QuotaState::Cells(fresh) => QuotaState::Cells(cells::load(tx, name, fresh)?),
+        QuotaState::FixedWindow(fresh) => {
+            QuotaState::FixedWindow(fixed_window::load(tx, name, fresh)?)
+        }
+        QuotaState::SlidingWindowCounter(fresh) => {
+            QuotaState::SlidingWindowCounter(sliding_window_counter::load(tx, name, fresh)?)
+        }
+    })
 }
 
 /// Writes `state` back to its row.
@@ -74,8 +72,8 @@ impl SqliteStore {
     {
         let (name, quota) = (key.owned(), *quota);
         self.call_late(mode, late, move |tx, now| {
-            let loaded = load(tx, &name, &quota, now)?;
-            let mut state = loaded;
+            let loaded = load(tx, &name, &quota)?;
+            let mut state = loaded.clone();
             let answer = work(&mut state, now);
             if mode == Mode::Write && state != loaded {
                 save(tx, &name, &state)?;

@@ -52,7 +52,9 @@ CREATE TABLE IF NOT EXISTS tower_limits_cells (
     name TEXT PRIMARY KEY,
     tat INTEGER NOT NULL,
     next_available INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
+    cut INTEGER NOT NULL DEFAULT 0,
+    retuned INTEGER NOT NULL DEFAULT 0,
+    gaps BLOB NOT NULL DEFAULT x'',
     expires INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tower_limits_fixed_windows (
@@ -103,9 +105,24 @@ pub(super) fn configure(connection: &mut Connection, timeout: Duration) -> rusql
     connection.pragma_update(None, "synchronous", "NORMAL")
 }
 
-/// Creates every table and index that is missing.
+/// Creates every table and index that is missing, and brings a cells table
+/// of an earlier version (a generation instead of slots) up to date.
 pub(super) fn create(tx: &Transaction<'_>, _now: Now) -> rusqlite::Result<()> {
     tx.execute_batch(CREATE)?;
+    let has_generation: bool = tx
+        .prepare("SELECT 1 FROM pragma_table_info('tower_limits_cells') WHERE name = 'generation'")?
+        .exists([])?;
+    if has_generation {
+        // Its tickets named generations, not slots: with `cut` 0, the
+        // first decision on each row takes its slots as cut with another
+        // interval, and gives none of them back.
+        tx.execute_batch(
+            "ALTER TABLE tower_limits_cells DROP COLUMN generation;
+             ALTER TABLE tower_limits_cells ADD COLUMN cut INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE tower_limits_cells ADD COLUMN retuned INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE tower_limits_cells ADD COLUMN gaps BLOB NOT NULL DEFAULT x'';",
+        )?;
+    }
     for table in TABLES {
         tx.execute_batch(&format!(
             "CREATE INDEX IF NOT EXISTS {table}_by_expiry ON {table} (expires)"
