@@ -22,12 +22,13 @@
 //!
 //! When the upstream answers `429` (or `503`), the job fails with a
 //! [`RetryableJobError`]: [`reschedule`] pushes the shared limiter back to
-//! the upstream's retry instant (every worker pauses) and the job goes back
-//! to the queue for that date: as its next attempt, a new task scheduled
-//! with an idempotency key (apalis-redis 1.0 retries a failed task at a
-//! date of its own, whatever the error says). apalis-redis schedules in
-//! whole seconds, so a job runs at the first second boundary after its
-//! retry instant, at the back of the queue.
+//! the upstream's retry instant (every worker pauses; 5 minutes at most,
+//! whatever the upstream says) and the job goes back to the queue for that
+//! date: as its next attempt, a new task scheduled with an idempotency key
+//! (apalis-redis 1.0 retries a failed task at a date of its own, whatever
+//! the error says). apalis-redis schedules in whole seconds, so a job runs
+//! at the first second boundary after its retry instant, at the back of the
+//! queue.
 //!
 //! Run it with Redis up:
 //!

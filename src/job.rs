@@ -19,6 +19,14 @@
 //! never dropped). `examples/job_worker.rs` does this on
 //! [apalis](https://docs.rs/apalis) workers sharing one Redis limit.
 //!
+//! An upstream's wait is capped, as on every path from an upstream's wait
+//! to a pause: at most [`DEFAULT_MAX_UPSTREAM_WAIT`] (5 minutes), or the
+//! [`max_wait`](Rescheduler::max_wait) of a [`Rescheduler`]. Both the pause
+//! of the shared limiter and the job's retry instant are cut to it, with a
+//! `tracing` warning, so that a hostile `Retry-After: 99999999999` cannot
+//! park the fleet's workers for years; the job still goes back to the
+//! queue.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tokio::time::Instant;
@@ -44,7 +52,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::error::{BoxError, LimiterError};
-use crate::limiter::{Limiter, far_future};
+use crate::limiter::{DEFAULT_MAX_UPSTREAM_WAIT, Limiter, cap_upstream_wait, far_future};
 
 /// A job failed in a way worth retrying later, perhaps at an instant the
 /// failure named (a retryable job error).
@@ -109,7 +117,8 @@ impl RetryableJobError {
     }
 
     /// Retries no earlier than `wait` from now. A wait too long to mean
-    /// anything saturates at about 30 years.
+    /// anything saturates at about 30 years; [`reschedule`] caps it at
+    /// [`DEFAULT_MAX_UPSTREAM_WAIT`] (5 minutes).
     ///
     /// ```
     /// use std::time::Duration;
@@ -170,7 +179,8 @@ impl std::error::Error for RetryableJobError {
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 impl From<crate::http::RetryLater> for RetryableJobError {
     /// A request the HTTP retry policy gave up on: retry at the instant the
-    /// upstream named.
+    /// upstream named (which [`reschedule`] caps at
+    /// [`DEFAULT_MAX_UPSTREAM_WAIT`] from now).
     ///
     /// ```
     /// use std::time::Duration;
@@ -268,6 +278,10 @@ impl Reschedule {
 /// every worker sharing the limiter pauses until then); without one, at the
 /// limiter's [`next_available_time`](Limiter::next_available_time).
 ///
+/// A retry instant more than [`DEFAULT_MAX_UPSTREAM_WAIT`] (5 minutes) away
+/// is cut to it, for the limiter and the job alike, with a warning; a
+/// [`Rescheduler`] sets another cap.
+///
 /// # Errors
 ///
 /// The limiter's error, if it could not be asked or pushed back (a store
@@ -295,12 +309,120 @@ pub async fn reschedule<L: Limiter + ?Sized>(
     limiter: &L,
     error: &RetryableJobError,
 ) -> Result<Reschedule, LimiterError> {
+    reschedule_within(limiter, error, DEFAULT_MAX_UPSTREAM_WAIT).await
+}
+
+/// Reschedules the jobs that fail with a [`RetryableJobError`] as
+/// [`reschedule`] does, pausing one limiter, with a cap of your choosing
+/// on the upstream's wait.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// use tower_limits::job::{RetryableJobError, Rescheduler};
+/// use tower_limits::{Limiter, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder("geocoder", 20, Duration::from_secs(1)).build()?;
+/// let rescheduler = Rescheduler::new(limiter.clone()).max_wait(Duration::from_secs(60));
+///
+/// // The upstream asked for an hour: the job, and every worker, wait a minute.
+/// let error = RetryableJobError::new("429").retry_after(Duration::from_secs(3_600));
+/// let next = rescheduler.reschedule(&error).await?;
+/// assert_eq!(next.at(), Instant::now() + Duration::from_secs(60));
+/// assert_eq!(limiter.next_available_time().await?, next.at());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Rescheduler<L> {
+    limiter: L,
+    max_wait: Duration,
+}
+
+impl<L: Limiter> Rescheduler<L> {
+    /// Reschedules jobs by `limiter`, the one the workers share, with the
+    /// default cap ([`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes).
+    ///
+    /// ```
+    /// use tower_limits::job::Rescheduler;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let rescheduler = Rescheduler::new(NullLimiter);
+    /// # let _ = rescheduler;
+    /// ```
+    pub fn new(limiter: L) -> Self {
+        Self {
+            limiter,
+            max_wait: DEFAULT_MAX_UPSTREAM_WAIT,
+        }
+    }
+
+    /// The longest an upstream's retry instant can pause the limiter and
+    /// put the job off (default [`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes);
+    /// later ones are cut to it, with a warning.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::job::Rescheduler;
+    /// use tower_limits::NullLimiter;
+    ///
+    /// let rescheduler = Rescheduler::new(NullLimiter).max_wait(Duration::from_secs(60));
+    /// # let _ = rescheduler;
+    /// ```
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// When to run a job that failed with `error`: as [`reschedule`], with
+    /// this rescheduler's cap.
+    ///
+    /// # Errors
+    ///
+    /// The limiter's error, as [`reschedule`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::job::{RetryableJobError, Rescheduler};
+    /// use tower_limits::NullLimiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rescheduler = Rescheduler::new(NullLimiter);
+    /// let error = RetryableJobError::new("503").retry_after(Duration::from_secs(30));
+    /// let next = rescheduler.reschedule(&error).await?;
+    /// assert_eq!(next.at(), Instant::now() + Duration::from_secs(30)); // within the cap
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reschedule(&self, error: &RetryableJobError) -> Result<Reschedule, LimiterError> {
+        reschedule_within(&self.limiter, error, self.max_wait).await
+    }
+}
+
+/// [`reschedule`], with the error's retry instant at most `max_wait` away.
+async fn reschedule_within<L: Limiter + ?Sized>(
+    limiter: &L,
+    error: &RetryableJobError,
+    max_wait: Duration,
+) -> Result<Reschedule, LimiterError> {
     let at = match error.retry_at() {
         Some(at) => {
+            let at = cap_retry_instant(at, max_wait);
             limiter.set_next_available_time(at).await?;
             at
         }
         None => limiter.next_available_time().await?,
     };
     Ok(Reschedule::new(at))
+}
+
+/// `at`, or `max_wait` from now if that comes first (with a warning).
+fn cap_retry_instant(at: Instant, max_wait: Duration) -> Instant {
+    let now = Instant::now();
+    let wait = cap_upstream_wait(at.saturating_duration_since(now), max_wait);
+    at.min(now.checked_add(wait).unwrap_or_else(far_future))
 }

@@ -37,7 +37,9 @@
 //!
 //! The [`job`] module is for job-queue workers: when a job fails with a
 //! [`RetryableJobError`](job::RetryableJobError), [`job::reschedule`] says
-//! when to run it again and pushes the shared limiter back.
+//! when to run it again and pushes the shared limiter back, by at most
+//! [`DEFAULT_MAX_UPSTREAM_WAIT`] (5 minutes), as every path from an
+//! upstream's wait to a pause.
 //!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
 //! `2/500ms` and, with the `serde` cargo feature, reads them from a
@@ -158,8 +160,8 @@ pub use limit::{
     SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
 };
 pub use limiter::{
-    Admission, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats, Permit, Release,
-    ReleaseEvent, ReleaseListener,
+    Admission, DEFAULT_MAX_UPSTREAM_WAIT, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats,
+    Permit, Release, ReleaseEvent, ReleaseListener,
 };
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,

@@ -80,7 +80,7 @@ mod feedback {
     use http::{Request, Response, StatusCode};
     use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
     use tower_limits::http::FeedbackLayer;
-    use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
+    use tower_limits::{AdaptiveRateLimiter, LimitLayer, Pacer, Rate};
 
     use super::*;
 
@@ -113,6 +113,69 @@ mod feedback {
             );
         }
         assert_eq!(limiter.current_rate().round(), 70.0);
+    }
+
+    /// The rate, a second after the pause ends, of a limiter at 50/s whose
+    /// first call is refused with `Retry-After: 300` and every later one
+    /// succeeds, while eight callers keep it in use.
+    async fn rate_a_second_after_a_long_pause<P: Pacer + std::fmt::Debug>(
+        limiter: AdaptiveRateLimiter<P>,
+    ) -> f64 {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&calls);
+        let upstream = service_fn(move |_: Request<()>| {
+            let first = counter.fetch_add(1, Ordering::Relaxed) == 0;
+            async move {
+                let status = if first {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::OK
+                };
+                let answer = Response::builder()
+                    .status(status)
+                    .header("retry-after", "300");
+                Ok::<_, Infallible>(answer.body(()).unwrap())
+            }
+        });
+        let client = ServiceBuilder::new()
+            .layer(FeedbackLayer::adaptive(limiter.clone()))
+            .layer(LimitLayer::new(limiter.clone()))
+            .service(upstream);
+        let pause_end = Instant::now() + Duration::from_secs(300);
+        let looked_at = pause_end + Duration::from_secs(1);
+        for _ in 0..8 {
+            let client = client.clone();
+            tokio::spawn(async move {
+                while Instant::now() < looked_at {
+                    client.clone().oneshot(Request::new(())).await.unwrap();
+                }
+            });
+        }
+        tokio::time::sleep_until(looked_at).await;
+        limiter.current_rate()
+    }
+
+    /// The pause holds the climb once: after a refusal (50 -> 35/s) and a
+    /// 300 s pause, the curve climbs from the pause's end (44.8/s a second
+    /// later), neither at once (500/s, the ceiling) nor after the pause
+    /// counted again as unused time (35/s until 600 s).
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_the_rate_climbs_as_soon_as_it_ends() {
+        let limiter = AdaptiveRateLimiter::builder(Rate::per_second(50).unwrap())
+            .build()
+            .unwrap();
+        let rate = rate_a_second_after_a_long_pause(limiter).await;
+        assert!((40.0..50.0).contains(&rate), "{rate}");
+    }
+
+    /// The same for a curve shared through a store.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_a_shared_rate_climbs_as_soon_as_it_ends() {
+        let limiter = AdaptiveRateLimiter::builder(Rate::per_second(50).unwrap())
+            .build_shared(MemoryStore::new(), "api")
+            .unwrap();
+        let rate = rate_a_second_after_a_long_pause(limiter).await;
+        assert!((40.0..50.0).contains(&rate), "{rate}");
     }
 
     /// A quota the upstream states is adopted at once, and the rate never

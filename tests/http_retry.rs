@@ -13,7 +13,8 @@ use tower::retry::budget::TpsBudget;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, LimiterError};
 use tower_limits::http::{RetryLater, RetryPolicy};
-use tower_limits::{Admission, Limiter, LimiterFuture, Permit};
+use tower_limits::job::{Rescheduler, RetryableJobError, reschedule};
+use tower_limits::{Admission, Limiter, LimiterFuture, Permit, RateLimiter};
 
 /// An upstream answering `statuses` in turn (the last one forever), with
 /// `retry-after` when given; counts its calls.
@@ -238,4 +239,48 @@ async fn retry_later_saturates_every_wait_at_the_same_far_cap() {
     // A wait below the cap is kept as it is.
     let hour = RetryLater::new(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(3_600), 1);
     assert_eq!(hour.retry_at(), now + Duration::from_secs(3_600));
+}
+
+/// The job path end to end: an upstream answers `Retry-After: 10^11`, the
+/// retry policy gives up with [`RetryLater`], the job fails with it, and
+/// `job::reschedule` pauses the workers' shared limiter and puts the job off
+/// by the documented cap (5 minutes), not 30 years; the job still gets a
+/// retry instant.
+#[tokio::test(start_paused = true)]
+async fn a_hostile_retry_after_pauses_job_workers_for_the_cap_at_most() {
+    let (upstream, _) = upstream(&[429], Some("100000000000"));
+    let mut client = ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::new()))
+        .service(upstream);
+    let shared = RateLimiter::builder("upstream", 20, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let error = send(&mut client).await.unwrap_err();
+    let later = *error.downcast_ref::<RetryLater>().expect("a typed error");
+    let next = reschedule(&shared, &RetryableJobError::from(later))
+        .await
+        .unwrap();
+    let cap = start + Duration::from_secs(300);
+    let paused_until = shared.next_available_time().await.unwrap();
+    assert_eq!(paused_until, cap, "paused for {:?}", paused_until - start);
+    assert_eq!(next.at(), cap, "put off for {:?}", next.at() - start);
+}
+
+/// A rescheduler's own cap replaces the default one; a wait within it is
+/// kept as the upstream asked.
+#[tokio::test(start_paused = true)]
+async fn a_rescheduler_caps_the_wait_at_its_max_wait() {
+    let shared = RateLimiter::builder("upstream", 20, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let rescheduler = Rescheduler::new(shared.clone()).max_wait(Duration::from_secs(60));
+    let start = Instant::now();
+    let hour = RetryableJobError::new("429").retry_after(Duration::from_secs(3_600));
+    let next = rescheduler.reschedule(&hour).await.unwrap();
+    assert_eq!(next.at(), start + Duration::from_secs(60));
+    assert_eq!(shared.next_available_time().await.unwrap(), next.at());
+    let ten = RetryableJobError::new("429").retry_after(Duration::from_secs(10));
+    let next = rescheduler.reschedule(&ten).await.unwrap();
+    assert_eq!(next.at(), start + Duration::from_secs(10));
 }

@@ -17,11 +17,11 @@ use tower_service::Service;
 
 use super::advice::{Advice, stated_quota};
 use crate::error::LimiterError;
-use crate::limiter::{Limiter, LimiterFuture, far_future};
+use crate::limiter::{
+    DEFAULT_MAX_UPSTREAM_WAIT, Limiter, LimiterFuture, cap_upstream_wait, far_future,
+};
 use crate::limiters::{AdaptiveRateLimiter, Pacer, Steer};
 
-/// The longest pause an upstream can impose by default.
-const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 /// The first pause after a 429 without a hint.
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// The pause after a refusal that says to retry at once.
@@ -52,8 +52,10 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 /// adopted.
 ///
 /// Every pause is capped by [`max_wait`](FeedbackLayer::max_wait) (default
-/// 5 minutes), so a hostile or broken upstream cannot park the client
-/// forever. A malformed header is ignored with a `tracing` warning.
+/// [`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes, as the other paths from an
+/// upstream's wait to a pause), so a hostile or broken upstream cannot park
+/// the client forever. A malformed header is ignored with a `tracing`
+/// warning.
 ///
 /// Put it outside (before) the limit layers in a `ServiceBuilder`, or
 /// anywhere: the response passes through unchanged.
@@ -156,7 +158,7 @@ impl FeedbackLayer {
         Self {
             limiters: vec![Arc::new(limiter)],
             adaptive: None,
-            max_wait: DEFAULT_MAX_WAIT,
+            max_wait: DEFAULT_MAX_UPSTREAM_WAIT,
             backoff: DEFAULT_BACKOFF,
             min_pause: DEFAULT_MIN_PAUSE,
             streak: Arc::new(Streak::new()),
@@ -222,8 +224,9 @@ impl FeedbackLayer {
         self
     }
 
-    /// The longest pause an upstream can impose (default 5 minutes); longer
-    /// ones are cut to it, with a warning.
+    /// The longest pause an upstream can impose (default
+    /// [`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes); longer ones are cut to it,
+    /// with a warning.
     ///
     /// ```
     /// use std::time::Duration;
@@ -303,10 +306,7 @@ impl FeedbackLayer {
                 self.backoff.saturating_mul(factor)
             }
         };
-        if wait > self.max_wait {
-            tracing::warn!(?wait, max_wait = ?self.max_wait, "upstream asked for a pause longer than the maximum: capped");
-        }
-        Some(wait.min(self.max_wait)).filter(|wait| !wait.is_zero())
+        Some(cap_upstream_wait(wait, self.max_wait)).filter(|wait| !wait.is_zero())
     }
 
     /// Pauses every limiter until `wait` from now; a future for those whose

@@ -14,10 +14,9 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use super::advice::Advice;
 use super::error::RetryLater;
-use crate::limiter::{Limiter, far_future};
+use crate::limiter::{DEFAULT_MAX_UPSTREAM_WAIT, Limiter, far_future};
 
 const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Retries a request answered `429 Too Many Requests` or `503 Service
@@ -30,10 +29,11 @@ const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 /// a retry [`budget`](RetryPolicy::budget) shared by every request (by
 /// default tower's `TpsBudget` of 10 retries a second plus 20% of
 /// successful requests, over 10 s), and never a sleep longer than
-/// [`max_wait`](RetryPolicy::max_wait) (default 5 minutes), whichever
-/// source (header, backoff, limiter) asks for it. When it gives up on a
-/// throttled response, the result becomes the error [`RetryLater`], which
-/// carries the retry instant, for callers who queue work themselves.
+/// [`max_wait`](RetryPolicy::max_wait) (default
+/// [`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes), whichever source (header,
+/// backoff, limiter) asks for it. When it gives up on a throttled
+/// response, the result becomes the error [`RetryLater`], which carries the
+/// retry instant, for callers who queue work themselves.
 ///
 /// Request bodies must be `Clone` to be sent again (`Full<Bytes>`,
 /// `String`, `()`...).
@@ -97,7 +97,7 @@ impl RetryPolicy {
         Self {
             attempts: 1,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_wait: DEFAULT_MAX_WAIT,
+            max_wait: DEFAULT_MAX_UPSTREAM_WAIT,
             backoff: DEFAULT_BACKOFF,
             budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
             limiter: None,
@@ -119,9 +119,11 @@ impl RetryPolicy {
     }
 
     /// Gives up at once (with [`RetryLater`]) when the wait would be longer
-    /// than `max_wait` (default 5 minutes): the advertised wait, the
-    /// backoff or the limiter's next available time. The policy never
-    /// sleeps longer than this.
+    /// than `max_wait` (default [`DEFAULT_MAX_UPSTREAM_WAIT`], 5 minutes):
+    /// the advertised wait, the backoff or the limiter's next available
+    /// time. The policy never sleeps longer than this. The [`RetryLater`]
+    /// keeps the wait the upstream asked for;
+    /// [`job::reschedule`](crate::job::reschedule) caps it in turn.
     ///
     /// ```
     /// use std::time::Duration;

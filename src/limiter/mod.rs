@@ -34,6 +34,7 @@ mod event;
 mod future;
 mod permit;
 mod stats;
+mod upstream_wait;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub use event::{ReleaseEvent, ReleaseListener};
 pub use future::LimiterFuture;
 pub use permit::{Permit, Release};
 pub use stats::LimiterStats;
+pub use upstream_wait::DEFAULT_MAX_UPSTREAM_WAIT;
+pub(crate) use upstream_wait::cap_upstream_wait;
 
 /// A limiting strategy: the six classic operations plus an atomic acquire.
 ///

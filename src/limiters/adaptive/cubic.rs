@@ -219,10 +219,14 @@ impl Curve {
         self.state.rate(&self.tuning, now)
     }
 
-    /// The rate went unused for `idle`: the curve waits, so that a client
-    /// that sends little is not allowed a rate it never tried.
-    pub(super) fn hold(&mut self, idle: Duration) {
-        self.state.origin += idle;
+    /// The rate went unused from `unused_from` until `now`: the curve
+    /// waits, so that a client that sends little is not allowed a rate it
+    /// never tried. Time before the curve's start is not counted: a pause
+    /// already moved the start to its end, and a rate nobody may use is
+    /// not also unused.
+    pub(super) fn hold(&mut self, unused_from: Instant, now: Instant) {
+        let from = unused_from.max(self.state.origin);
+        self.state.origin += now.saturating_duration_since(from);
     }
 
     /// Moves the curve for `signal`; true if the rate changed.
@@ -355,8 +359,26 @@ mod tests {
     fn a_held_curve_does_not_grow() {
         let start = Instant::now();
         let mut curve = Curve::new(10.0, tuning(), start);
-        curve.hold(secs(100.0));
+        curve.hold(start, start + secs(100.0));
         assert_eq!(curve.rate(start + secs(100.0)), 10.0);
+    }
+
+    #[test]
+    fn a_pause_is_not_held_again_as_unused_time() {
+        let start = Instant::now();
+        let mut curve = Curve::new(100.0, tuning(), start);
+        curve.apply(refused(start), start);
+        let until = start + secs(300.0);
+        curve.apply(Signal::Paused { until }, start);
+        // Unused until the pause's end (callers wait for it): the pause
+        // already holds the climb, which starts as it ends, not 300 s later.
+        curve.hold(start, until);
+        let end = until + secs(1.0);
+        assert!((curve.rate(until) - 70.0).abs() < 1e-9);
+        assert!(curve.rate(end) > 80.0, "{}", curve.rate(end));
+        // Unused after the pause's end: that holds the climb.
+        curve.hold(until, end);
+        assert!((curve.rate(end) - 70.0).abs() < 1e-9);
     }
 
     #[test]

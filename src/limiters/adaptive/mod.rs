@@ -76,7 +76,8 @@ const NEGLIGIBLE: f64 = 0.001;
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
 /// as it is: [`FeedbackLayer`](crate::http::FeedbackLayer) pauses the
 /// limiter ([`set_next_available_time`](Limiter::set_next_available_time))
-/// on top of the decrease.
+/// on top of the decrease. The climb starts when the pause ends: the time
+/// nobody may use the rate is counted once, not again as unused time.
 ///
 /// It reads tokio's clock, so paused-time tests drive it.
 ///
@@ -385,7 +386,8 @@ impl<P: Pacer> Adaptive<P> {
 
     /// Holds the curve for the time since the last look that the rate went
     /// unused: from a little after the last denial (two calls' spacing
-    /// and a refresh, so that a saturated pace counts as in use).
+    /// and a refresh, so that a saturated pace counts as in use). A pause
+    /// is not unused time: it already moved the curve's start to its end.
     fn catch_up(&self, steering: &mut Steering, now: Instant) {
         if self.sharing {
             // Processes pacing together follow one curve: none holds it alone.
@@ -401,9 +403,7 @@ impl<P: Pacer> Adaptive<P> {
                 .unwrap_or(now)
                 .max(steering.refreshed),
         };
-        steering
-            .curve
-            .hold(now.saturating_duration_since(unused_from));
+        steering.curve.hold(unused_from, now);
         steering.refreshed = now;
     }
 
