@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{Clock, duration_nanos};
+use crate::clock::{Clock, duration_nanos, paced_from};
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
 use crate::start_log::StartLog;
@@ -71,9 +71,11 @@ struct Spacing {
     /// No start before this, in nanoseconds since the clock's epoch: the
     /// interval after the last start, or a pause.
     next_available: u64,
-    /// The units started within the last window (and some before it).
+    /// The units started within the last window (and some before it), at
+    /// the slots they took.
     starts: StartLog,
-    /// The last grant and the next-available time it replaced, for refunds.
+    /// The last grant's slot and the next-available time it replaced, for
+    /// refunds.
     last_grant: Option<(u64, u64)>,
 }
 
@@ -218,9 +220,10 @@ impl SpacingState {
         }
         let room = self.max_units().saturating_sub(u64::from(cost));
         spacing.starts.make_room(room, self.window);
-        spacing.last_grant = Some((now, spacing.next_available));
-        self.record(&mut spacing, now, cost);
-        Admission::Granted(Permit::with_token(now).with_cost(cost))
+        let slot = paced_from(spacing.next_available, now);
+        spacing.last_grant = Some((slot, spacing.next_available));
+        self.record(&mut spacing, slot, cost);
+        Admission::Granted(Permit::with_token(slot).with_cost(cost))
     }
 
     /// When a start costing `cost` may happen, if not at `now`: once the
@@ -233,10 +236,11 @@ impl SpacingState {
         spaced.max(spacing.starts.frees_at(now, room, self.window))
     }
 
-    /// Records `cost` starts at `now` and the intervals after them.
-    fn record(&self, spacing: &mut Spacing, now: u64, cost: u32) {
-        spacing.starts.add(now, u64::from(cost));
-        let next = now.saturating_add(self.gap(cost));
+    /// Records `cost` starts in the slot at `slot` and the intervals after
+    /// them.
+    fn record(&self, spacing: &mut Spacing, slot: u64, cost: u32) {
+        spacing.starts.add(slot, u64::from(cost));
+        let next = slot.saturating_add(self.gap(cost));
         spacing.next_available = spacing.next_available.max(next);
     }
 

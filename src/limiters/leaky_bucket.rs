@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::algorithms::gcra::{CellConfig, Names};
-use crate::clock::{Clock, duration_nanos};
+use crate::clock::{Clock, duration_nanos, paced_from};
 use crate::error::{BucketFull, ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Booking, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, Unbook,
@@ -329,7 +329,10 @@ impl BucketState {
     }
 
     /// Starts a call costing `cost` at `now` if the drip is free; else
-    /// says when it frees.
+    /// says when it frees. A start at most
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) after the drip
+    /// freed takes the drip from then; the permit's token is where its drip
+    /// starts, for refunds.
     #[inline]
     fn start(&self, now: u64, cost: u32) -> Result<Permit, u64> {
         let not_before = self.not_before.load(Ordering::SeqCst);
@@ -340,12 +343,13 @@ impl BucketState {
                 return Err(free_at);
             }
             // `SeqCst`, as `ReleaseEvent` requires of the second look.
-            let ends = now.saturating_add(self.weight(cost));
+            let from = paced_from(free_at, now);
+            let ends = from.saturating_add(self.weight(cost));
             match self
                 .drip
                 .compare_exchange_weak(drip, ends, Ordering::SeqCst, Ordering::SeqCst)
             {
-                Ok(_) => return Ok(Permit::with_token(now).with_cost(cost)),
+                Ok(_) => return Ok(Permit::with_token(from).with_cost(cost)),
                 Err(current) => drip = current,
             }
         }
