@@ -15,12 +15,21 @@ use crate::start_log::StartLog;
 /// of `max_executions` and then a long wait: a 60-per-minute API gets one call
 /// a second, whatever the number of callers and however long calls take.
 ///
-/// A start is never closer than one interval to the previous one (a call
+/// Each start takes a slot one interval after the previous one's (a call
 /// costing `n` is followed by `n` intervals). The interval is
 /// `window / max_executions` rounded up to a whole nanosecond, so no window
-/// ever holds more than `max_executions` starts; for calls costing more than
-/// one, the limiter also keeps the units started within the last `window`
-/// and never lets them pass `max_executions`.
+/// holds more than `max_executions` slots; for calls costing more than one,
+/// the limiter also keeps the units started within the last `window`, at
+/// their slots, and never lets them pass `max_executions`.
+///
+/// A waiting caller wakes on tokio's millisecond timer, up to about 2 ms
+/// after its slot. A start that comes up to 10 ms late takes its slot, but
+/// one no earlier than the
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+/// it, so late wake-ups do not cost the rate: two starts can then be less
+/// than an interval apart, and a window of `window` holds at most
+/// `max_executions + ⌈max_executions × τ / window⌉` starts of calls costing
+/// one (1,002 for 1,000 a second).
 ///
 /// # Evenly spaced, whatever the call duration
 ///
@@ -80,7 +89,11 @@ struct Spacing {
 }
 
 impl EvenlySpacedRateLimiter {
-    /// A limiter spacing `max_executions` starts evenly over each `window`.
+    /// A limiter spacing `max_executions` starts evenly over each `window`,
+    /// a late start taking a slot up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+    /// it: at most `max_executions + ⌈max_executions × τ / window⌉` starts
+    /// in any window.
     ///
     /// # Errors
     ///
