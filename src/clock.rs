@@ -344,8 +344,8 @@ impl Clock {
 ///
 /// The price is in the bounds: in any span `t`, the limiters admit at most
 /// what a strict pacer would in `t + τ`, that is `⌈rate × τ⌉` calls more
-/// than the limit in any window of its period (one more at up to 500 calls
-/// a second, 2 at 1,000, 20 at 10,000).
+/// than a strict pacer in any window of its period (one more at up to 500
+/// calls a second, 2 at 1,000, 20 at 10,000).
 ///
 /// ```
 /// use std::time::Duration;

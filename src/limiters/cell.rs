@@ -1,8 +1,9 @@
 //! The in-memory state of [`GcraLimiter`](crate::GcraLimiter) and
 //! [`TokenBucketLimiter`](crate::TokenBucketLimiter): one atomic TAT and one
-//! atomic pause, decided on by [`judge_late`]: GCRA's test, a caller that
-//! comes at most [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) late
-//! keeping its slot (see [`crate::algorithms::gcra`]).
+//! atomic pause, decided on by [`judge_late`]: GCRA's test, a late caller
+//! taking its cells from at most
+//! [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) back (see
+//! [`crate::algorithms::gcra`]).
 
 use std::fmt;
 use std::sync::Arc;
