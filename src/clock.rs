@@ -324,6 +324,60 @@ impl Clock {
     }
 }
 
+/// How far behind a paced caller's start its slot may be taken: about the
+/// resolution of tokio's timer, which fires on whole milliseconds (a
+/// caller told to wait until an instant wakes up to about 2 ms after it:
+/// the deadline is rounded up to the timer's next tick, and the wait for
+/// that tick to a whole millisecond).
+///
+/// [`GcraLimiter`](crate::GcraLimiter),
+/// [`TokenBucketLimiter`](crate::TokenBucketLimiter),
+/// [`EvenlySpacedRateLimiter`](crate::EvenlySpacedRateLimiter) and
+/// [`LeakyBucketLimiter`](crate::LeakyBucketLimiter) pace calls one slot
+/// after another. A call that starts after the slot it was due (a waiter
+/// its timer woke late) takes that slot if it is at most this tolerance
+/// (τ) late, else the slot τ before its start, and the next slot follows
+/// that one: the pace never counts from more than τ after a late start.
+/// Without it, each late wake-up cost the rate its lateness: at 1,000
+/// calls a second, half the rate. A start more than 10 ms after its slot
+/// (the limiter was idle, or is fresh) counts from when it came, as before.
+///
+/// The price is in the bounds: in any span `t`, the limiters admit at most
+/// what a strict pacer would in `t + τ`, that is `⌈rate × τ⌉` calls more
+/// than a strict pacer in any window of its period (one more at up to 500
+/// calls a second, 2 at 1,000, 20 at 10,000).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_limits::clock::PACING_TOLERANCE;
+///
+/// assert_eq!(PACING_TOLERANCE, Duration::from_millis(2));
+/// // The calls a limit of 10,000 a second may admit beyond it in a window.
+/// assert_eq!(PACING_TOLERANCE.as_secs_f64() * 10_000.0, 20.0);
+/// ```
+pub const PACING_TOLERANCE: Duration = Duration::from_millis(2);
+
+/// [`PACING_TOLERANCE`] in nanoseconds.
+const TOLERANCE_NANOS: u64 = PACING_TOLERANCE.as_nanos() as u64;
+
+/// How late after its slot a start is still a late start (a waiter woken
+/// late, or held up), not the first after an idle spell: ten timer ticks.
+const LATE_NANOS: u64 = 10_000_000;
+
+/// The instant a start at `now` counts from, on a pace whose next slot is
+/// `due` (0: a fresh state, with no slot): the slot if the start is early
+/// (a cell limiter with room) or at most [`PACING_TOLERANCE`] late; the
+/// instant that tolerance before `now` if it is up to 10 ms late; else
+/// `now`. Never earlier than `now − PACING_TOLERANCE`.
+#[inline]
+pub(crate) fn paced_from(due: u64, now: u64) -> u64 {
+    match now.checked_sub(due) {
+        None => due,
+        Some(late) if late <= LATE_NANOS && due > 0 => now - late.min(TOLERANCE_NANOS),
+        Some(_) => now,
+    }
+}
+
 /// The system's monotonic clock, even where tokio's is paused: the fast
 /// clock ignores paused time.
 fn system_now() -> Instant {
@@ -425,6 +479,22 @@ mod tests {
         assert_eq!(early, Duration::ZERO, "the instant is early");
         let back = clock.nanos_at(at);
         assert!(back + 1_000 >= target, "{} ns early", target - back);
+    }
+
+    #[test]
+    fn a_late_start_keeps_its_slot_within_the_tolerance() {
+        let slot = 50_000_000;
+        assert_eq!(paced_from(slot, slot), slot);
+        assert_eq!(paced_from(slot, slot + TOLERANCE_NANOS), slot);
+        let late = slot + TOLERANCE_NANOS + 1;
+        assert_eq!(paced_from(slot, late), late - TOLERANCE_NANOS);
+        let latest = slot + LATE_NANOS;
+        assert_eq!(paced_from(slot, latest), latest - TOLERANCE_NANOS);
+        assert_eq!(paced_from(slot, latest + 1), latest + 1, "idle: from now");
+        assert_eq!(paced_from(0, 1_000), 1_000, "fresh: from now");
+        assert_eq!(paced_from(slot, slot - 1), slot, "early: the slot");
+        assert_eq!(paced_from(u64::MAX, 0), u64::MAX);
+        assert_eq!(paced_from(1, u64::MAX), u64::MAX);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::clock::duration_nanos;
+use crate::clock::{duration_nanos, paced_from};
 use crate::error::ConfigError;
 
 /// The longest `burst × interval` accepted: far beyond any sensible limit,
@@ -198,4 +198,30 @@ pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
     };
     let lead = u128::from(lead) * u128::from(new) / u128::from(old);
     now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
+}
+
+/// [`judge`] for an in-memory limiter, whose waiting callers wake on
+/// tokio's millisecond timer: a grant that comes after the TAT counts its
+/// cells from there, or from
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) (τ) before now if
+/// the TAT is further behind (see [`paced_from`]), so a late wake-up does
+/// not cost the rate its slot. The same calls conform as under [`judge`];
+/// only the TAT a grant leaves may be earlier, by at most τ. An ended
+/// pause plays no part, so a key's TAT alone still decides inline.
+///
+/// Each grant still moves the TAT by at least `n·T`, and leaves it no
+/// earlier than `now − τ + n·T` and no later than `now + B·T`, so the
+/// grants of any closed interval of length `t` cost at most
+/// `B + ⌊(t + τ) / T⌋`. The stores decide by [`judge`] alone.
+#[inline]
+pub(crate) fn judge_late(
+    config: CellConfig,
+    now: u64,
+    not_before: u64,
+    tat: u64,
+    cost: u32,
+) -> Result<u64, u64> {
+    judge(config, now, not_before, tat, cost)?;
+    let from = paced_from(tat, now);
+    Ok(from.saturating_add(config.weight(cost)))
 }

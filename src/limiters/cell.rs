@@ -1,6 +1,9 @@
 //! The in-memory state of [`GcraLimiter`](crate::GcraLimiter) and
 //! [`TokenBucketLimiter`](crate::TokenBucketLimiter): one atomic TAT and one
-//! atomic pause, decided on by [`judge`] (see [`crate::algorithms::gcra`]).
+//! atomic pause, decided on by [`judge_late`]: GCRA's test, a late caller
+//! taking its cells from at most
+//! [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) back (see
+//! [`crate::algorithms::gcra`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 use super::seq_cell::SeqCell;
-use crate::algorithms::gcra::{CellConfig, judge, rescale};
+use crate::algorithms::gcra::{CellConfig, judge, judge_late, rescale};
 use crate::clock::Clock;
 use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -115,7 +118,7 @@ impl Cells {
     fn decide(&self, mut config: CellConfig, cost: u32) -> Outcome {
         let (now, not_before, mut tat) = self.read();
         loop {
-            let next = match judge(config, now, not_before, tat, cost) {
+            let next = match judge_late(config, now, not_before, tat, cost) {
                 Ok(next) => next,
                 Err(at) => {
                     let retry_at = Some(at);
@@ -152,7 +155,7 @@ impl Cells {
         let config = self.config();
         Self::check(config, cost)?;
         let (now, not_before, tat) = self.read();
-        let outcome = match judge(config, now, not_before, tat, cost) {
+        let outcome = match judge_late(config, now, not_before, tat, cost) {
             Ok(next) => Outcome {
                 config,
                 now,
@@ -437,7 +440,7 @@ impl<L> InlineState<L> {
     pub(crate) const FRESH: u64 = 0;
 
     /// [`Cells::admit`] on a TAT held inline, by the caller's lock: the
-    /// same test ([`judge`]), the same permit, the same instant on a
+    /// same test ([`judge_late`]), the same permit, the same instant on a
     /// denial. Nobody else can move an inline TAT, so there is no one to
     /// listen for.
     pub(crate) fn admit(&self, tat: &mut u64, cost: u32) -> Result<Admission, LimiterError> {
@@ -463,7 +466,7 @@ impl<L> InlineState<L> {
     /// grant, moves `tat` and returns it; else when the call would conform.
     #[inline(always)]
     pub(crate) fn decide(&self, now: u64, tat: &mut u64, cost: u32) -> Result<u64, u64> {
-        let next = judge(self.config, now, 0, *tat, cost)?;
+        let next = judge_late(self.config, now, 0, *tat, cost)?;
         *tat = next;
         Ok(next)
     }

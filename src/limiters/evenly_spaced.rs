@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{Clock, duration_nanos};
+use crate::clock::{Clock, duration_nanos, paced_from};
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
 use crate::start_log::StartLog;
@@ -15,12 +15,21 @@ use crate::start_log::StartLog;
 /// of `max_executions` and then a long wait: a 60-per-minute API gets one call
 /// a second, whatever the number of callers and however long calls take.
 ///
-/// A start is never closer than one interval to the previous one (a call
+/// Each start takes a slot one interval after the previous one's (a call
 /// costing `n` is followed by `n` intervals). The interval is
 /// `window / max_executions` rounded up to a whole nanosecond, so no window
-/// ever holds more than `max_executions` starts; for calls costing more than
-/// one, the limiter also keeps the units started within the last `window`
-/// and never lets them pass `max_executions`.
+/// holds more than `max_executions` slots; for calls costing more than one,
+/// the limiter also keeps the units started within the last `window`, at
+/// their slots, and never lets them pass `max_executions`.
+///
+/// A waiting caller wakes on tokio's millisecond timer, up to about 2 ms
+/// after its slot. A start that comes up to 10 ms late takes its slot, but
+/// one no earlier than the
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+/// it, so late wake-ups do not cost the rate: two starts can then be less
+/// than an interval apart, and a window of `window` holds at most
+/// `max_executions + ⌈max_executions × τ / window⌉` starts of calls costing
+/// one (1,002 for 1,000 a second).
 ///
 /// # Evenly spaced, whatever the call duration
 ///
@@ -71,14 +80,20 @@ struct Spacing {
     /// No start before this, in nanoseconds since the clock's epoch: the
     /// interval after the last start, or a pause.
     next_available: u64,
-    /// The units started within the last window (and some before it).
+    /// The units started within the last window (and some before it), at
+    /// the slots they took.
     starts: StartLog,
-    /// The last grant and the next-available time it replaced, for refunds.
+    /// The last grant's slot and the next-available time it replaced, for
+    /// refunds.
     last_grant: Option<(u64, u64)>,
 }
 
 impl EvenlySpacedRateLimiter {
-    /// A limiter spacing `max_executions` starts evenly over each `window`.
+    /// A limiter spacing `max_executions` starts evenly over each `window`,
+    /// a late start taking a slot up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+    /// it: at most `max_executions + ⌈max_executions × τ / window⌉` starts
+    /// in any window.
     ///
     /// # Errors
     ///
@@ -218,9 +233,10 @@ impl SpacingState {
         }
         let room = self.max_units().saturating_sub(u64::from(cost));
         spacing.starts.make_room(room, self.window);
-        spacing.last_grant = Some((now, spacing.next_available));
-        self.record(&mut spacing, now, cost);
-        Admission::Granted(Permit::with_token(now).with_cost(cost))
+        let slot = paced_from(spacing.next_available, now);
+        spacing.last_grant = Some((slot, spacing.next_available));
+        self.record(&mut spacing, slot, cost);
+        Admission::Granted(Permit::with_token(slot).with_cost(cost))
     }
 
     /// When a start costing `cost` may happen, if not at `now`: once the
@@ -233,10 +249,11 @@ impl SpacingState {
         spaced.max(spacing.starts.frees_at(now, room, self.window))
     }
 
-    /// Records `cost` starts at `now` and the intervals after them.
-    fn record(&self, spacing: &mut Spacing, now: u64, cost: u32) {
-        spacing.starts.add(now, u64::from(cost));
-        let next = now.saturating_add(self.gap(cost));
+    /// Records `cost` starts in the slot at `slot` and the intervals after
+    /// them.
+    fn record(&self, spacing: &mut Spacing, slot: u64, cost: u32) {
+        spacing.starts.add(slot, u64::from(cost));
+        let next = slot.saturating_add(self.gap(cost));
         spacing.next_available = spacing.next_available.max(next);
     }
 

@@ -22,14 +22,21 @@ use crate::rate::Rate;
 /// compare-and-swap: a call costing `n` is admitted iff
 /// `TAT + n·T − burst·T ≤ now`, and then moves the TAT to
 /// `max(TAT, now) + n·T`. A denial names the instant the call would conform.
-/// In any interval of length `t`, admitted calls cost at most
-/// `burst + ⌊t / T⌋` in total.
+///
+/// A waiting caller wakes on tokio's millisecond timer, up to about 2 ms
+/// after that instant: a grant that comes up to 10 ms after the TAT counts
+/// its cells from the TAT, but from no earlier than the
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+/// now, so a late wake-up does not cost the rate its slot. In any interval
+/// of length `t`, admitted calls cost at most `burst + ⌊(t + τ) / T⌋` in
+/// total (`burst + ⌊t / T⌋` for a strict GCRA, as the stores decide).
 ///
 /// # When to pick it
 ///
 /// * **A rate with a bounded burst, in O(1) memory and one CAS.** With the
-///   default burst of 1, calls start at least `T` apart, so no window of
-///   `period` ever holds more than `count` of them (like
+///   default burst of 1, calls take slots `T` apart, a late one up to τ
+///   back, so no window of `period` holds more than
+///   `count + ⌈count × τ / period⌉` of them (1,002 for 1,000 a second; like
 ///   [`EvenlySpacedRateLimiter`](crate::EvenlySpacedRateLimiter), lock-free
 ///   and without its duration credit). With [`with_burst`](Self::with_burst)
 ///   an idle limiter admits `burst` calls at once, then one per `T`.
@@ -46,8 +53,8 @@ use crate::rate::Rate;
 /// `T` is `period / count` rounded up to a whole nanosecond, so the rate is
 /// never exceeded and is exact when `period` is a multiple of `count`
 /// nanoseconds. Denials name nanosecond instants, but tokio timers fire on
-/// whole milliseconds: above 1,000 calls per second, give a burst of at least
-/// `count × 1 ms / period` so that callers who wait keep up with the rate.
+/// whole milliseconds: the pacing tolerance is what lets callers who wait
+/// keep up with the rate, at 10,000 calls a second as at 20.
 ///
 /// ```
 /// use std::time::Duration;
@@ -75,7 +82,13 @@ pub struct GcraLimiter {
 /// What the parameters are called in [`GcraLimiter`]'s constructors.
 impl GcraLimiter {
     /// A limiter admitting `count` calls per `period`, evenly paced (a burst
-    /// of 1: calls start at least `period / count` apart).
+    /// of 1: calls take slots `period / count` apart).
+    ///
+    /// A call that comes after its slot (a waiter woken late) takes a slot
+    /// at most [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ
+    /// (2 ms) before it, so the limiter delivers its rate to callers who
+    /// wait, and admits at most `count + ⌈count × τ / period⌉` calls in any
+    /// window of `period`: one more at up to 500 a second, 2 more at 1,000.
     ///
     /// Two differences from governor's `Quota`, both on the strict side:
     /// governor's burst defaults to `count` (10 at once for "10 per second";

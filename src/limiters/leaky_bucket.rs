@@ -8,16 +8,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::algorithms::gcra::{CellConfig, Names};
-use crate::clock::{Clock, duration_nanos};
+use crate::clock::{Clock, duration_nanos, paced_from};
 use crate::error::{BucketFull, ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Booking, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, Unbook,
 };
 use crate::rate::Rate;
 
-/// Starts calls at a constant drip of `count` per `period`, never faster and
-/// never in bursts, and queues at most `queue_capacity` callers behind the
-/// drip: the leaky bucket *as a queue*.
+/// Starts calls at a constant drip of `count` per `period`, never in bursts
+/// but for the slots a late caller catches up (see Timing), and queues at
+/// most `queue_capacity` callers behind the drip: the leaky bucket *as a
+/// queue*.
 ///
 /// # How it works
 ///
@@ -25,8 +26,12 @@ use crate::rate::Rate;
 /// a whole nanosecond, so the rate is never exceeded). A call costing `n`
 /// occupies `n` slots of the drip: it is admitted only once the previous
 /// call's slots have passed, and the next call may start `n` intervals after
-/// it. Consecutive admissions are therefore always at least one interval
-/// apart, measured between the instants the limiter decided.
+/// its slots began. A call admitted up to 10 ms after the drip freed takes
+/// the drip from when it freed, but from no earlier than the
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+/// its start (see Timing below): admissions are one interval apart on
+/// average, and any span `t` holds at most `1 + ⌊(t + τ) / interval⌋` of
+/// them (`1 + ⌊t / interval⌋` without the tolerance).
 ///
 /// A call that finds the drip busy is not admitted but **booked**: it gets
 /// the next free slots after the units already booked, and its [`Denial`]
@@ -71,13 +76,13 @@ use crate::rate::Rate;
 ///
 /// # Timing
 ///
-/// Strict spacing is measured from the instant each call was actually
-/// admitted. A caller that waits wakes on a tokio timer, which fires on
-/// whole milliseconds and a little late on a busy runtime; the next slot
-/// counts from when it did start, so late wake-ups lower the achieved rate
-/// (they never raise it). On paused tokio time with exact wake-ups the rate
-/// is exact. Above 1,000 calls per second, waiting callers are admitted at
-/// most one per timer tick; prefer a token bucket with a small burst there.
+/// A caller that waits wakes on a tokio timer, which fires on whole
+/// milliseconds, up to about 2 ms after its slot, and later on a busy
+/// runtime. Counted from when it did start, each late wake-up would cost
+/// the rate its lateness (half the rate at 1,000 calls a second); taking
+/// the drip from up to τ back, the bucket keeps its rate, at 10,000 calls
+/// a second as at 20, and admits at most `count + ⌈count × τ / period⌉`
+/// calls in any window of `period`. Lateness past τ is still lost.
 ///
 /// A refund frees the drip time its permit took for the next caller that
 /// asks; callers already booked keep their slots (they are not woken, so
@@ -144,7 +149,11 @@ const NAMES: Names = Names {
 
 impl LeakyBucketLimiter {
     /// A bucket dripping `count` calls per `period`, with room for
-    /// `queue_capacity` units waiting behind the drip.
+    /// `queue_capacity` units waiting behind the drip. A call that starts
+    /// after the drip freed takes it from up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) back:
+    /// at most `count + ⌈count × τ / period⌉` calls in any window of
+    /// `period`.
     ///
     /// # Errors
     ///
@@ -329,7 +338,10 @@ impl BucketState {
     }
 
     /// Starts a call costing `cost` at `now` if the drip is free; else
-    /// says when it frees.
+    /// says when it frees. A start at most
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) after the drip
+    /// freed takes the drip from then; the permit's token is where its drip
+    /// starts, for refunds.
     #[inline]
     fn start(&self, now: u64, cost: u32) -> Result<Permit, u64> {
         let not_before = self.not_before.load(Ordering::SeqCst);
@@ -340,12 +352,13 @@ impl BucketState {
                 return Err(free_at);
             }
             // `SeqCst`, as `ReleaseEvent` requires of the second look.
-            let ends = now.saturating_add(self.weight(cost));
+            let from = paced_from(free_at, now);
+            let ends = from.saturating_add(self.weight(cost));
             match self
                 .drip
                 .compare_exchange_weak(drip, ends, Ordering::SeqCst, Ordering::SeqCst)
             {
-                Ok(_) => return Ok(Permit::with_token(now).with_cost(cost)),
+                Ok(_) => return Ok(Permit::with_token(from).with_cost(cost)),
                 Err(current) => drip = current,
             }
         }

@@ -38,9 +38,14 @@ use crate::rate::Rate;
 /// decision with [`try_acquire_many`](crate::Limiter::try_acquire_many)
 /// rather than one at a time.
 ///
-/// Tokio timers fire on whole milliseconds: above 1,000 tokens per second,
-/// give a capacity of at least a millisecond's refill so that callers who
-/// wait keep up with the rate.
+/// Tokio timers fire on whole milliseconds, so a waiting caller wakes up to
+/// about 2 ms after the instant it was told: as with
+/// [`GcraLimiter`](crate::GcraLimiter), a call that comes up to 10 ms after
+/// the bucket filled counts its tokens from then, but from no earlier than
+/// the [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms)
+/// before now. A full bucket can therefore give up to τ's refill beyond its
+/// capacity: in any span `t`, calls take at most
+/// `capacity + ⌊(t + τ) / refill_interval⌋` tokens.
 ///
 /// ```
 /// use std::time::Duration;
@@ -72,7 +77,10 @@ pub struct TokenBucketLimiter {
 /// What the parameters are called in [`TokenBucketLimiter`]'s constructors.
 impl TokenBucketLimiter {
     /// A full bucket of `capacity` tokens, refilled with `refill` tokens per
-    /// `period`.
+    /// `period`. A late caller may take tokens refilled up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+    /// it came: at most `capacity + ⌊(t + τ) / refill_interval⌋` tokens in
+    /// any span `t`.
     ///
     /// # Errors
     ///

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::LimiterError;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
@@ -16,7 +17,7 @@ use tower_limits::{
     SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
-use super::stress::{Recorder, assert_at_most_per_window};
+use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};
 
 /// The limits most cases use: 10 per 2 ms.
 pub(crate) const MAX: usize = 10;
@@ -149,14 +150,31 @@ const fn per_window(max: usize, window: Duration, min: usize) -> Bound {
     Bound::PerWindow { max, window, min }
 }
 
-/// A cell (GCRA, token bucket) with emission interval [`INTERVAL`] and
-/// burst `b`: at most `b` in any interval, at most `b + MAX - 1` in any
-/// [`WINDOW`] (`n` cells need `(n - b) × interval` to pass).
+/// A pacer with emission interval [`INTERVAL`] and burst `b` (GCRA, token
+/// bucket; 1 for the evenly spaced limiter and the leaky bucket): `n` cells
+/// need `(n - b) × interval` to pass, less the pacing tolerance a late
+/// start may take its slot back by ([`paced_bound`]; without it, at most
+/// `b` in any interval and `b + MAX - 1` in any [`WINDOW`]).
+/// A store's cells decide by the strict test: `cell_bounds!(b, strict)`.
 macro_rules! cell_bounds {
     ($burst:expr) => {
+        cell_bounds!($burst, PACING_TOLERANCE)
+    };
+    ($burst:expr, strict) => {
+        cell_bounds!($burst, Duration::ZERO)
+    };
+    ($burst:expr, $tolerance:expr) => {
         &[
-            per_window($burst, INTERVAL, 1),
-            per_window($burst + MAX - 1, WINDOW, MAX / 2),
+            per_window(
+                cell_bound($burst, INTERVAL, INTERVAL, $tolerance),
+                INTERVAL,
+                1,
+            ),
+            per_window(
+                cell_bound($burst, INTERVAL, WINDOW, $tolerance),
+                WINDOW,
+                MAX / 2,
+            ),
         ]
     };
 }
@@ -181,7 +199,7 @@ pub(crate) const DELAY: Case = Case::new(
 /// Calls outlast the interval: starts stay spaced all the same.
 pub(crate) const EVENLY_SPACED: Case = Case::new(
     || Arc::new(EvenlySpacedRateLimiter::new(MAX as u32, WINDOW).unwrap()),
-    &[per_window(1, INTERVAL, 1), per_window(MAX, WINDOW, MAX / 2)],
+    cell_bounds!(1),
 )
 .hold(Duration::from_millis(1));
 
@@ -195,7 +213,7 @@ pub(crate) const TOKEN_BUCKET: Case = Case::new(
 /// Room for every parallel caller in the queue (no `BucketFull` there).
 pub(crate) const LEAKY_BUCKET: Case = Case::new(
     || Arc::new(LeakyBucketLimiter::new(MAX as u32, WINDOW, 1_000).unwrap()),
-    &[per_window(1, INTERVAL, 1)],
+    cell_bounds!(1),
 )
 .may_refuse();
 
@@ -231,8 +249,8 @@ pub(crate) const COMPOSITE: Case = Case::new(
     },
     &[
         Bound::Concurrent(2),
-        per_window(3, INTERVAL, 1),
-        per_window(3 + MAX - 1, WINDOW, MAX / 2),
+        per_window(paced_bound(3, INTERVAL, INTERVAL), INTERVAL, 1),
+        per_window(paced_bound(3, INTERVAL, WINDOW), WINDOW, MAX / 2),
     ],
 )
 .hold(Duration::from_micros(500));
@@ -254,7 +272,7 @@ pub(crate) const SHARED_GCRA: Case = Case::new(
             .unwrap();
         Arc::new(SharedLimiter::new(MemoryStore::new(), "gcra", quota))
     },
-    cell_bounds!(4),
+    cell_bounds!(4, strict),
 );
 
 pub(crate) const SHARED_FIXED_WINDOW_BEHIND_FAILOVER: Case = Case::new(

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower::{Layer, Service, service_fn};
+use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::{BoxError, LimiterError};
 use tower_limits::{Admission, Denial, LimitLayer, Limiter, LimiterFuture, Permit};
 
@@ -254,6 +255,29 @@ pub(crate) async fn spans_of_callers<L: Limiter + Clone>(limiter: L) -> Vec<Span
     assert_eq!(spans.len(), CALLERS, "every caller got through");
     spans.sort_by_key(|span| span.before);
     spans
+}
+
+/// The most grants a pacer admits in a window of length `window` (grants
+/// decided less than `window` apart), calls costing one: `burst` at once,
+/// then one per `interval`, a late start taking a slot up to
+/// [`PACING_TOLERANCE`] (τ) before it. The grants' slots are `interval`
+/// apart from the burst on and at most τ before the grants, so `n` of them
+/// span at least `(n − burst) × interval − τ`:
+/// `n < burst + (window + τ) / interval`.
+pub(crate) const fn paced_bound(burst: usize, interval: Duration, window: Duration) -> usize {
+    cell_bound(burst, interval, window, PACING_TOLERANCE)
+}
+
+/// [`paced_bound`] for slots taken up to `tolerance` back: zero for a
+/// store's cells, which decide by GCRA's strict test.
+pub(crate) const fn cell_bound(
+    burst: usize,
+    interval: Duration,
+    window: Duration,
+    tolerance: Duration,
+) -> usize {
+    let span = window.as_nanos() + tolerance.as_nanos();
+    burst + span.div_ceil(interval.as_nanos()) as usize - 1
 }
 
 /// No interval of length `window` holds more than `max` of the `spans`
