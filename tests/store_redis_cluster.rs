@@ -134,10 +134,11 @@ async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
             .await
             .unwrap(),
     );
-    // The lease pause key is written only by a pause.
-    let lease_set = leases.parts()[0];
+    // The lease pause key is written only by a pause, and the quota's
+    // gaps only by a GCRA refund inside the line.
+    let (quota_hash, lease_set) = (quota_key.parts()[0], leases.parts()[0]);
     let mut keys: Vec<String> = log.parts().into_iter().map(str::to_owned).collect();
-    keys.extend(quota_key.parts().into_iter().map(str::to_owned));
+    keys.push(quota_hash.to_owned());
     keys.push(lease_set.to_owned());
     keys
 }

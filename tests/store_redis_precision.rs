@@ -22,19 +22,18 @@
 //! * the sliding log's and the fixed window's checks use the tickets, which
 //!   the server stamps on its clock in the script that decides (the start
 //!   time in µs; the window index): they are exact, no local clock involved;
-//! * GCRA's ticket is a counter bumped by each grant, so it gives the
-//!   server's order of grants but not their times. Its check uses the local
-//!   span `[before, after]` of each grant, which contains the decision: if
-//!   grants `k` and `k + n` (in ticket order) came less than `(n + 1 - B) T`
-//!   apart on the server, the rule of GCRA is broken, and since
-//!   `after(k + n) - before(k)` is at least their server distance, a span
-//!   shorter than that bound proves a violation. The converse does not hold:
-//!   an over-admission shorter than a span goes unseen. This relies on the
-//!   server's clock running at the local clock's rate, true on one machine
-//!   unless the wall clock is stepped during the run. The tickets themselves
-//!   must be `N` consecutive numbers with no gap or repeat (a new key's
-//!   counter starts at the server's clock in µs): every grant was one atomic
-//!   step.
+//! * GCRA's ticket is the end of the grant's slot of GCRA's line, so it
+//!   gives the server's order of grants but not the instants they were
+//!   decided. Its check uses the local span `[before, after]` of each grant,
+//!   which contains the decision: if grants `k` and `k + n` (in ticket
+//!   order) came less than `(n + 1 - B) T` apart on the server, the rule of
+//!   GCRA is broken, and since `after(k + n) - before(k)` is at least their
+//!   server distance, a span shorter than that bound proves a violation. The
+//!   converse does not hold: an over-admission shorter than a span goes
+//!   unseen. This relies on the server's clock running at the local clock's
+//!   rate, true on one machine unless the wall clock is stepped during the
+//!   run. The slots themselves must not overlap (their ends at least `T`
+//!   apart): every grant was one atomic step.
 //!
 //! Saturation is measured in whole windows of server time for the sliding
 //! log and fixed window, and over the local span of the run for GCRA.
@@ -198,12 +197,15 @@ async fn gcra_never_admits_more_than_burst_plus_rate() {
         let limiter = SharedLimiter::new(store.clone(), format!("gcra-{rate}"), quota);
         let mut run = drive(&what, limiter).await;
         run.grants.sort_by_key(|grant| grant.ticket);
-        let first = run.grants[0].ticket;
-        let expected: Vec<u64> = (first..first + run.grants.len() as u64).collect();
-        assert!(
-            tickets(&run) == expected,
-            "{what}: tickets are not N consecutive numbers"
-        );
+        // Each ticket is the end of the grant's slot of GCRA's line, in
+        // quarters of a µs of server time: every grant held a slot of its
+        // own, at least an interval long.
+        let interval_quarters = 4_000_000 / u64::from(rate);
+        let tickets = tickets(&run);
+        let shared = tickets
+            .windows(2)
+            .find(|pair| pair[1] - pair[0] < interval_quarters);
+        assert!(shared.is_none(), "{what}: slots overlap: {shared:?}");
         check_gcra(&what, &run.grants, rate, burst);
         if saturable {
             let (first, last) = (&run.grants[0], &run.grants[run.grants.len() - 1]);

@@ -101,7 +101,9 @@ async fn bad_rows_are_typed_errors() {
     let tamper = db.connection();
     tamper
         .execute_batch(
-            "INSERT INTO tower_limits_cells VALUES ('text', 'soon', 0, 0, 9e18);
+            "INSERT INTO tower_limits_cells (name, tat, next_available, expires)
+                 VALUES ('text', 'soon', 0, 9e18);
+             INSERT INTO tower_limits_cells VALUES ('gaps', 0, 0, 0, 0, x'0102ff', 9e18);
              INSERT INTO tower_limits_backoffs VALUES ('text', 'x', NULL, 0, 0, NULL, 9e18);
              INSERT INTO tower_limits_fixed_windows VALUES
                  ('huge', 9223372036854775807, -9223372036854775808, -1, 9e18);
@@ -118,6 +120,9 @@ async fn bad_rows_are_typed_errors() {
         .unwrap_err();
     assert_eq!(kind(&error), StoreErrorKind::BadReply, "{error}");
     assert!(error.to_string().contains("Clear the limit"), "{error}");
+    // Gaps that are not gaps are read as none: nothing given back.
+    let key = store.quota_key("gaps");
+    assert!(is_granted(store.decide(&key, &gcra, 1).await.unwrap()));
     let limiter = RateLimiter::builder("text", 3, secs(1))
         .store(store.clone())
         .build()
@@ -243,4 +248,40 @@ async fn reopened_store_keeps_state() {
 
 fn secs(secs: u64) -> Duration {
     common::secs(secs)
+}
+
+/// A file written by an earlier version, whose cells kept a generation
+/// instead of slots, is brought up to date when a store opens it: its
+/// limits go on deciding, and give grants back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cells_table_of_an_earlier_version_is_brought_up_to_date() {
+    let db = TempDb::new();
+    db.connection()
+        .execute_batch(
+            "CREATE TABLE tower_limits_cells (
+                 name TEXT PRIMARY KEY,
+                 tat INTEGER NOT NULL,
+                 next_available INTEGER NOT NULL,
+                 generation INTEGER NOT NULL,
+                 expires INTEGER NOT NULL
+             ) WITHOUT ROWID;
+             INSERT INTO tower_limits_cells VALUES ('old', 0, 0, 7, 9e18);",
+        )
+        .unwrap();
+    let store = db.store().await.unwrap();
+    let quota = Quota::gcra(1, secs(3_600)).unwrap().with_burst(2).unwrap();
+    let key = store.quota_key("old");
+    let WindowDecision::Granted { ticket } = store.decide(&key, &quota, 1).await.unwrap() else {
+        panic!("a full bucket denied");
+    };
+    assert!(is_granted(store.decide(&key, &quota, 1).await.unwrap()));
+    assert!(
+        store
+            .adjust(&key, &quota, ticket, 1, 0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(is_granted(store.decide(&key, &quota, 1).await.unwrap()));
+    assert!(!is_granted(store.decide(&key, &quota, 1).await.unwrap()));
 }

@@ -56,6 +56,12 @@
 //! ([`OutagePolicy`](crate::OutagePolicy)): fail closed, fail open, or fall
 //! back to an in-memory limiter until the store answers again.
 //!
+//! A store's timeout bounds how long a caller waits, not the call: a
+//! decision whose caller gave up (timed out, or dropped) still runs to its
+//! end, for up to 30 s, and a grant nobody took is given back. Refunds wait
+//! that long for their answer, and are sent again while the store says a
+//! try changed nothing.
+//!
 //! # Adding a store
 //!
 //! Implement the three traits (each method is one atomic step on one key),

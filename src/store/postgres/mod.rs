@@ -66,7 +66,10 @@ const SCHEMA_SQL: [&str; 8] = [
 /// timeout (250 ms unless set), on the client and, as `statement_timeout`,
 /// on the server, so a hung database is an outage with a
 /// [`StoreError`](super::StoreError), never a hung caller; wrap the limiter
-/// in a [`Failover`](crate::Failover) to choose what happens then.
+/// in a [`Failover`](crate::Failover) to choose what happens then. A
+/// decision given up on after it was sent still runs to its end (its
+/// answer is awaited for up to 30 s), and a grant nobody took is given
+/// back; one not yet sent when its caller gave up is never sent.
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -41,7 +41,9 @@ const DEFAULT_PREFIX: &str = "tower-limits:";
 /// after the server goes away. Every call gives up after a timeout (250 ms
 /// unless set), so a hung server is an outage with a
 /// [`StoreError`](super::StoreError), never a hung caller; wrap the limiter
-/// in a [`Failover`](crate::Failover) to choose what happens then.
+/// in a [`Failover`](crate::Failover) to choose what happens then. A
+/// decision given up on still runs to its end (its reply is awaited for up
+/// to 30 s), and a grant nobody took is given back.
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -75,7 +75,7 @@ fn unpacked(blob: &[u8]) -> Vec<(u64, u64)> {
         .collect();
     let ordered = gaps.iter().all(|&(start, end)| start < end)
         && gaps.windows(2).all(|pair| pair[0].1 <= pair[1].0);
-    if blob.len() % 16 == 0 && ordered {
+    if blob.len().is_multiple_of(16) && ordered {
         gaps
     } else {
         Vec::new()

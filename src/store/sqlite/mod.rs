@@ -60,9 +60,9 @@ const DEFAULT_CONNECTIONS: u32 = 4;
 /// Every call gives up after a timeout (250 ms unless set), which is also
 /// SQLite's busy timeout: a database locked by another process for longer
 /// is a [`StoreError`] of kind [`Timeout`](StoreErrorKind::Timeout), never a
-/// hung caller. A call that timed out may still have been decided: its
-/// units are then spent unused, so the limit holds (a granted lease comes
-/// back when its TTL passes).
+/// hung caller. A decision that timed out may still be made: it runs to
+/// its end (for up to 30 s, never begun once its caller gave up before it
+/// could take the lock), and a grant nobody took is given back.
 ///
 /// State that no longer matters (starts out of their window, past windows,
 /// expired leases and pauses) is deleted by a [`sweep`](SqliteStore::sweep)
