@@ -26,7 +26,7 @@ use tower_limits::{
 
 /// Runs every check of this suite against the store `$make` makes: one test
 /// per check, in a module named `$store`. `$make` is an async expression
-/// giving `Option<store>`: `None` (after saying why on stderr) skips.
+/// giving `Option<store>`: `None` (after saying why, see [`skip`](super::skip)) skips.
 ///
 /// ```ignore
 /// conformance!(memory, Some(MemoryStore::new()));

@@ -9,15 +9,16 @@ use super::conformance::unique;
 /// The schema every test shares (keys are unique per test).
 const SCHEMA: &str = "tower_limits_test";
 
-/// The URL of the shared database, or `None` after saying on stderr that
-/// the test `what` is skipped.
+/// The URL of the shared database, or `None` after saying (see
+/// [`skip`](super::skip)) that the test `what` is skipped.
 pub(crate) fn url(what: &str) -> Option<String> {
     match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!(
-                "skipped {what}: DATABASE_URL is not set (run `.ci/run`, or set \
-                 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test with PostgreSQL running)"
+            super::skip(
+                what,
+                "DATABASE_URL is not set (run `scripts/test`, or set \
+                 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test with PostgreSQL running)",
             );
             None
         }

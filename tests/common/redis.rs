@@ -12,15 +12,16 @@ use tower_limits::store::RedisStore;
 
 use super::conformance::unique;
 
-/// The URL of the shared Redis, or `None` after saying on stderr that the
-/// test `what` is skipped.
+/// The URL of the shared Redis, or `None` after saying (see
+/// [`skip`](super::skip)) that the test `what` is skipped.
 pub(crate) fn url(what: &str) -> Option<String> {
     match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!(
-                "skipped {what}: REDIS_URL is not set (run `.ci/run`, or set \
-                 REDIS_URL=redis://127.0.0.1:6379 with a Redis running)"
+            super::skip(
+                what,
+                "REDIS_URL is not set (run `scripts/test`, or set \
+                 REDIS_URL=redis://127.0.0.1:6379 with a Redis running)",
             );
             None
         }
@@ -130,10 +131,13 @@ pub(crate) fn redis_binaries(what: &str) -> Option<()> {
     if std::env::var_os("REDIS_URL").is_some() {
         panic!(
             "{what} needs {missing} on PATH, and REDIS_URL is set: install them \
-             (`apt-get install redis-server`, which `.ci/run` does)"
+             (`apt-get install redis-server`, which `scripts/test` does)"
         );
     }
-    eprintln!("skipped {what}: {missing} not on PATH (apt-get install redis-server)");
+    super::skip(
+        what,
+        &format!("{missing} not on PATH (apt-get install redis-server)"),
+    );
     None
 }
 
