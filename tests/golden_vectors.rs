@@ -1120,8 +1120,11 @@ fn check_vectors(what: &str, vectors: &[Vector], started: std::time::Instant) {
     runtime.block_on(async {
         if let Some(url) = common::redis::url(&format!("golden vectors of {what} on Redis")) {
             let client = redis::Client::open(url.as_str()).unwrap();
+            // No response timeout (redis-rs waits 500 ms by default): the
+            // vectors check answers, not how fast a busy machine gives them.
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
             let connection = client
-                .get_multiplexed_async_connection()
+                .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .unwrap_or_else(|error| panic!("REDIS_URL={url} is set but unreachable: {error}"));
             let prefix = common::conformance::unique("golden-vectors");

@@ -18,21 +18,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::ms;
 use tower::{Service, ServiceExt, service_fn};
 use tower_layer::Layer;
-use tower_limits::store::{Quota, QuotaStore, RateLimiterStore};
+use tower_limits::store::{QuotaStore, RateLimiterStore};
 use tower_limits::{LimitLayer, Limiter, RateLimiter, SharedLimiter};
 use tracing_subscriber::layer::{Layer as _, SubscriberExt};
 
 /// The units each limit holds.
 const CAPACITY: u32 = 600;
-/// A window no run crosses (checked: a run that does is run again).
-const DAY: Duration = Duration::from_secs(86_400);
-/// How long a refill takes: longer than any run.
-const HOUR: Duration = Duration::from_secs(3_600);
 /// How a storm runs on one store: how fast the store is pressed.
 #[derive(Clone, Copy, Debug)]
 struct Pace {
@@ -61,34 +57,6 @@ fn callers() -> usize {
         .ok()
         .and_then(|callers| callers.parse().ok())
         .unwrap_or(3_000)
-}
-
-/// The quotas of the storm, by name.
-fn quotas() -> Vec<(&'static str, Quota)> {
-    vec![
-        (
-            "gcra",
-            Quota::gcra(1, HOUR).unwrap().with_burst(CAPACITY).unwrap(),
-        ),
-        (
-            "token_bucket",
-            Quota::token_bucket(CAPACITY, 1, HOUR).unwrap(),
-        ),
-        ("fixed_window", Quota::fixed_window(CAPACITY, DAY).unwrap()),
-        (
-            "sliding_window_counter",
-            Quota::sliding_window_counter(CAPACITY, DAY).unwrap(),
-        ),
-    ]
-}
-
-/// The day (Unix time) a run starts or ends in.
-fn day() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        / DAY.as_secs()
 }
 
 /// What a storm left: calls that really started, and units still grantable.
@@ -231,14 +199,17 @@ where
 {
     show_warnings();
     let mut losses = Vec::new();
-    for (seed, (algorithm, quota)) in quotas().into_iter().enumerate() {
+    for (seed, (algorithm, quota)) in common::conformance::count_quotas(CAPACITY)
+        .into_iter()
+        .enumerate()
+    {
         let aftermath = loop {
             let name = common::conformance::unique(algorithm);
-            let before = day();
+            let before = common::conformance::day();
             let limiter = SharedLimiter::new(make_store(pace.timeout).await, name.clone(), quota);
             let probe = SharedLimiter::new(make_store(LONG).await, name, quota);
             let aftermath = storm(limiter, probe, pace, seed as u64 + 1).await;
-            if day() == before {
+            if common::conformance::day() == before {
                 break aftermath;
             }
             eprintln!("{what} {algorithm}: the run crossed a day boundary, running it again");
@@ -247,7 +218,7 @@ where
     }
     let name = common::conformance::unique("sliding_log");
     let log = |store| {
-        RateLimiter::builder(name.clone(), CAPACITY, DAY)
+        RateLimiter::builder(name.clone(), CAPACITY, common::conformance::DAY)
             .without_backoff()
             .store(store)
             .build()

@@ -7,7 +7,8 @@
 //! in a debug build, so some windows reach the limit and others fall short:
 //! the test measures precision at the highest rate reachable), and at
 //! 2,000/s, which it saturates (the limit is pressed all the time, and
-//! admissions must reach 95% of it). Each run prints its decisions and
+//! admissions must reach 80% of it on a busy machine; a quiet one reaches
+//! 95% and more). Each run prints its decisions and
 //! admissions per second.
 //!
 //! # What each clock can prove

@@ -38,8 +38,9 @@ fn is_granted(decision: WindowDecision) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_pools_decide_atomically() {
     let db = TempDb::new();
-    let stores = [db.open(secs(2)).await, db.open(secs(2)).await];
-    for (what, quota) in common::conformance::quotas() {
+    let stores = [db.open(secs(10)).await, db.open(secs(10)).await];
+    let before = common::conformance::day();
+    for (what, quota) in common::conformance::count_quotas(3) {
         let quota = Arc::new(quota);
         let tasks: Vec<_> = (0..40)
             .map(|i| {
@@ -54,11 +55,9 @@ async fn separate_pools_decide_atomically() {
         for task in tasks {
             grants += usize::from(is_granted(task.await.unwrap()));
         }
-        // A fixed window may roll over mid-test and grant 3 more.
-        assert!(
-            grants == 3 || (what == "fixed_window" && grants == 6),
-            "{what}: {grants}"
-        );
+        // Nothing refills in the test's seconds, unless a day window rolled.
+        let rolled = common::conformance::day() != before;
+        assert!(grants == 3 || rolled, "{what}: {grants} of 3");
     }
 }
 

@@ -121,6 +121,38 @@ pub(crate) fn quotas() -> Vec<(&'static str, Quota)> {
     ]
 }
 
+/// A day: the window of the count quotas, which no check should cross.
+pub(crate) const DAY: Duration = Duration::from_secs(86_400);
+
+/// The four quotas as plain counts of `capacity` units: GCRA and the token
+/// bucket refill one unit an hour, the windows last a day (Unix days), so
+/// nothing a check does in seconds is refilled, unless it crosses midnight
+/// UTC ([`day`] tells).
+pub(crate) fn count_quotas(capacity: u32) -> Vec<(&'static str, Quota)> {
+    let hour = Duration::from_secs(3_600);
+    vec![
+        (
+            "gcra",
+            Quota::gcra(1, hour).unwrap().with_burst(capacity).unwrap(),
+        ),
+        (
+            "token_bucket",
+            Quota::token_bucket(capacity, 1, hour).unwrap(),
+        ),
+        ("fixed_window", Quota::fixed_window(capacity, DAY).unwrap()),
+        (
+            "sliding_window_counter",
+            Quota::sliding_window_counter(capacity, DAY).unwrap(),
+        ),
+    ]
+}
+
+/// The Unix day now: a check whose day changed may have seen a window roll.
+pub(crate) fn day() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    now.as_secs() / DAY.as_secs()
+}
+
 fn granted(decision: WindowDecision) -> u64 {
     match decision {
         WindowDecision::Granted { ticket } => ticket,
@@ -211,12 +243,7 @@ pub(crate) async fn quota_refund_and_peek<S: Store>(store: S) {
 /// in any order: a refund inside the line leaves a gap the next grant
 /// takes. (Each quota refills once an hour: no time in the check counts.)
 pub(crate) async fn quota_refund_after_later_grants<S: Store>(store: S) {
-    let hour = Duration::from_secs(3_600);
-    let quotas = [
-        ("gcra", Quota::gcra(1, hour).unwrap().with_burst(4).unwrap()),
-        ("token_bucket", Quota::token_bucket(4, 1, hour).unwrap()),
-    ];
-    for (what, quota) in quotas {
+    for (what, quota) in count_quotas(4).into_iter().take(2) {
         let key = store.quota_key(&unique(what));
         let mut tickets = Vec::new();
         for _ in 0..4 {
