@@ -16,7 +16,7 @@
 //! * else at the limiter's [`next_available_time`](Limiter::next_available_time).
 //!
 //! The job goes back to the queue with that date (never retried at once,
-//! never dropped). `examples/job_worker.rs` does this on
+//! never dropped). `integration/examples/job_worker.rs` does this on
 //! [apalis](https://docs.rs/apalis) workers sharing one Redis limit.
 //!
 //! An upstream's wait is capped, as on every path from an upstream's wait

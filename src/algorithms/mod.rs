@@ -4,7 +4,7 @@
 //! The in-memory limiters run them inside their atomics and locks, the
 //! SQLite store on the rows it loads; Redis (Lua) and PostgreSQL
 //! (PL/pgSQL) run the same rules on the server, and
-//! `tests/golden_vectors.rs` checks that they answer exactly as these do.
+//! `integration/tests/golden_vectors.rs` checks that they answer exactly as these do.
 //! Times are nanoseconds counted from an origin the caller picks (a clock's
 //! epoch, or the Unix epoch for a store); nothing here reads a clock.
 

@@ -65,7 +65,7 @@
 //! # Adding a store
 //!
 //! Implement the three traits (each method is one atomic step on one key),
-//! then add the store to `tests/store_conformance.rs`: the suite in
+//! then add the store to `integration/tests/store_conformance.rs`: the suite in
 //! `tests/common/conformance.rs` takes any store that implements them.
 //!
 //! # Example

@@ -75,8 +75,9 @@ const DEFAULT_CONNECTIONS: u32 = 4;
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let dir = tempfile::tempdir()?;
-/// # let path = dir.path().join("limits.db");
+/// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("limits.db");
 /// // Every worker process on the machine opens the same file.
 /// let store = SqliteStore::open(&path).await?;
 ///
@@ -91,6 +92,7 @@ const DEFAULT_CONNECTIONS: u32 = 4;
 /// let _permit = window.acquire().await?;
 /// let _permit = bucket.acquire().await?;
 /// assert!(window.can_proceed().await?);
+/// # std::fs::remove_dir_all(&dir)?;
 /// # Ok(())
 /// # }
 /// ```
@@ -124,13 +126,15 @@ struct Inner {
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let dir = tempfile::tempdir()?;
-/// let store = SqliteStore::builder(dir.path().join("limits.db"))
+/// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let store = SqliteStore::builder(dir.join("limits.db"))
 ///     .timeout(Duration::from_millis(100))
 ///     .connections(2)
 ///     .open()
 ///     .await?;
 /// assert_eq!(store.timeout(), Duration::from_millis(100));
+/// # std::fs::remove_dir_all(&dir)?;
 /// # Ok(())
 /// # }
 /// ```
@@ -151,9 +155,11 @@ impl SqliteStore {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::builder(dir.path().join("limits.db")).open().await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::builder(dir.join("limits.db")).open().await?;
     /// assert!(store.path().ends_with("limits.db"));
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -174,13 +180,15 @@ impl SqliteStore {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::open(dir.path().join("limits.db")).await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::open(dir.join("limits.db")).await?;
     /// # drop(store);
     ///
-    /// let missing = dir.path().join("no-such-directory").join("limits.db");
+    /// let missing = dir.join("no-such-directory").join("limits.db");
     /// let error = SqliteStore::open(missing).await.unwrap_err();
     /// assert_eq!(error.kind(), StoreErrorKind::Unavailable);
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -195,10 +203,12 @@ impl SqliteStore {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let path = dir.path().join("limits.db");
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let path = dir.join("limits.db");
     /// let store = SqliteStore::open(&path).await?;
     /// assert_eq!(store.path(), path);
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -214,9 +224,11 @@ impl SqliteStore {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::open(dir.path().join("limits.db")).await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::open(dir.join("limits.db")).await?;
     /// assert_eq!(store.timeout(), Duration::from_millis(250));
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -235,12 +247,14 @@ impl SqliteStore {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::open(dir.path().join("limits.db")).await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::open(dir.join("limits.db")).await?;
     /// let key = store.lease_key("gpu");
     /// store.lease(&key, 4, Duration::from_millis(1), 7, 1).await?;
     /// tokio::time::sleep(Duration::from_millis(5)).await; // the lease expires
     /// assert_eq!(store.sweep().await?, 1);
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -485,8 +499,9 @@ impl SqliteStoreBuilder {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::builder(dir.path().join("test.db"))
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::builder(dir.join("test.db"))
     ///     .clock(Clock::tokio())
     ///     .open()
     ///     .await?;
@@ -496,6 +511,7 @@ impl SqliteStoreBuilder {
     /// assert!(!limiter.can_proceed().await?);
     /// tokio::time::advance(Duration::from_secs(60)).await; // no real waiting
     /// assert!(limiter.can_proceed().await?);
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -513,9 +529,11 @@ impl SqliteStoreBuilder {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::builder(dir.path().join("limits.db")).open().await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::builder(dir.join("limits.db")).open().await?;
     /// # let _ = store;
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
@@ -558,10 +576,12 @@ impl fmt::Debug for SqliteStore {
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let dir = tempfile::tempdir()?;
-/// let store = SqliteStore::open(dir.path().join("limits.db")).await?;
+/// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let store = SqliteStore::open(dir.join("limits.db")).await?;
 /// let key: SqliteKey = store.quota_key("search");
 /// assert_eq!(key.name(), "search");
+/// # std::fs::remove_dir_all(&dir)?;
 /// # Ok(())
 /// # }
 /// ```
@@ -582,9 +602,11 @@ impl SqliteKey {
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let dir = tempfile::tempdir()?;
-    /// let store = SqliteStore::open(dir.path().join("limits.db")).await?;
+    /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let store = SqliteStore::open(dir.join("limits.db")).await?;
     /// assert_eq!(store.key("crm").name(), "crm");
+    /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```

@@ -1,8 +1,8 @@
 //! Draws how each algorithm admits the same bursty traffic, one panel each.
 //!
 //! ```sh
-//! cargo run --example algorithms_picture            # writes docs/algorithms.svg
-//! cargo run --example algorithms_picture -- out.svg # or anywhere else
+//! cargo run -p integration --example algorithms_picture            # writes docs/algorithms.svg
+//! cargo run -p integration --example algorithms_picture -- out.svg # or anywhere else
 //! ```
 //!
 //! Every limiter allows 10 calls a second. The same 54 callers arrive in

@@ -3,7 +3,7 @@
 //! over a limit, a request is answered `429` at once, with `Retry-After`
 //! and `RateLimit` headers; admitted responses carry `RateLimit` too.
 //!
-//! Run it with `cargo run --example axum_tenants --features axum`.
+//! Run it with `cargo run -p integration --example axum_tenants --features axum`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;

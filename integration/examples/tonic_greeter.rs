@@ -7,7 +7,7 @@
 //! No `protoc`: the messages derive `prost::Message` by hand and the service
 //! uses tonic's codegen-free `tonic::server::Grpc` / `tonic::client::Grpc`.
 //!
-//! Run it with `cargo run --example tonic_greeter --features tonic`.
+//! Run it with `cargo run -p integration --example tonic_greeter --features tonic`.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};

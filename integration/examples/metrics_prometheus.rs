@@ -9,7 +9,7 @@
 //! of `/metrics` (the decisions by outcome, the wait histogram) and where
 //! it is served.
 //!
-//! Run it with `cargo run --example metrics_prometheus --features metrics,axum`.
+//! Run it with `cargo run -p integration --example metrics_prometheus --features metrics,axum`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

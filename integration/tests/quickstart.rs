@@ -25,7 +25,7 @@ fn quickstart_runs_and_never_hits_a_429() {
             "quickstart",
             "--manifest-path",
         ])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"));
     if !cfg!(debug_assertions) {
         // Built by `cargo test --release`: reuse the release build.
         command.arg("--release");

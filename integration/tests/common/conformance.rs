@@ -5,7 +5,7 @@
 //! since a server's clock cannot be paused. Timing assertions allow
 //! [`SLACK`] for a busy machine and a network round trip.
 //!
-//! `tests/store_conformance.rs` runs every check against every store with
+//! `integration/tests/store_conformance.rs` runs every check against every store with
 //! one [`conformance!`] call per store; other binaries (the Redis Cluster
 //! test, which starts its own cluster) use the same macro.
 

@@ -1,4 +1,4 @@
-//! Job workers on apalis (`examples/job_worker.rs`): worker OS processes
+//! Job workers on apalis (`integration/examples/job_worker.rs`): worker OS processes
 //! drain one Redis queue through one Redis-shared rate limit into a
 //! loopback upstream that logs every request.
 //!

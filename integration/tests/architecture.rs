@@ -29,7 +29,7 @@ const LAYERS: &[&str] = &[
 /// top-level module `from`.
 fn edges() -> BTreeSet<(String, String)> {
     let mut edges = BTreeSet::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
     let mut files = vec![src.clone()];
     while let Some(path) = files.pop() {
         if path.is_dir() {

@@ -33,7 +33,7 @@
 //! Run it with Redis up:
 //!
 //! ```text
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example job_worker --features redis,http
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run -p integration --example job_worker --features redis,http
 //! ```
 //!
 //! It enqueues 300 jobs (a few of which the upstream refuses once) and

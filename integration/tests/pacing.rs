@@ -8,7 +8,7 @@
 //! started, so the rate is delivered (late wake-ups used to cost it: about
 //! 475 of 1,000 a second, 835 of 10,000). Tests run on busy machines, so
 //! the rate is checked with a lenient lower bound (the numbers are
-//! printed: `PACING_SECONDS=10 cargo test --all-features --test pacing --
+//! printed: `PACING_SECONDS=10 cargo test -p integration --all-features --test pacing --
 //! --nocapture` measures), and the hard upper bound exactly: never more
 //! than the limit plus the tolerance's cells in any window of the period.
 //!

@@ -65,7 +65,7 @@ fn snippets() -> Vec<(String, String)> {
 
 #[test]
 fn the_readme_shows_each_snippet_as_tested() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let snippets = snippets();
     assert_eq!(snippets.len(), 3, "three integrations");
     for (name, text) in snippets {

@@ -23,7 +23,7 @@
 //!   beside tokio's `Semaphore` (borrowed and owned permits) and governor:
 //!   the slowest thread's time per decision.
 //!
-//! Run with `cargo bench --bench limiters`.
+//! Run with `cargo bench -p integration --bench limiters`.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]

@@ -725,7 +725,7 @@ local redis = setmetatable({
 }, {__index = real_redis})
 ";
 
-const STATUS_LUA: &str = include_str!("../src/store/redis/status.lua");
+const STATUS_LUA: &str = include_str!("../../src/store/redis/status.lua");
 
 struct RedisBackend {
     connection: redis::aio::MultiplexedConnection,
@@ -743,13 +743,13 @@ impl RedisBackend {
     ) -> Self {
         let source = match config.algorithm {
             Algorithm::Gcra | Algorithm::TokenBucket => {
-                include_str!("../src/store/redis/cells.lua")
+                include_str!("../../src/store/redis/cells.lua")
             }
-            Algorithm::FixedWindow => include_str!("../src/store/redis/fixed_window.lua"),
+            Algorithm::FixedWindow => include_str!("../../src/store/redis/fixed_window.lua"),
             Algorithm::SlidingWindowCounter => {
-                include_str!("../src/store/redis/sliding_window_counter.lua")
+                include_str!("../../src/store/redis/sliding_window_counter.lua")
             }
-            Algorithm::SlidingLog => include_str!("../src/store/redis/sliding_log.lua"),
+            Algorithm::SlidingLog => include_str!("../../src/store/redis/sliding_log.lua"),
         };
         // As `with_status` in src/store/redis/mod.rs, behind the shim.
         let script = redis::Script::new(&[LUA_FAKE_CLOCK, STATUS_LUA, source].concat());
@@ -848,14 +848,14 @@ impl Backend for RedisBackend {
 
 /// The schema's SQL in the order src/store/postgres/mod.rs runs it.
 const SCHEMA_SQL: &[&str] = &[
-    include_str!("../src/store/postgres/common.sql"),
-    include_str!("../src/store/postgres/sliding_log.sql"),
-    include_str!("../src/store/postgres/cells.sql"),
-    include_str!("../src/store/postgres/fixed_window.sql"),
-    include_str!("../src/store/postgres/sliding_window_counter.sql"),
-    include_str!("../src/store/postgres/leases.sql"),
-    include_str!("../src/store/postgres/curve.sql"),
-    include_str!("../src/store/postgres/cleanup.sql"),
+    include_str!("../../src/store/postgres/common.sql"),
+    include_str!("../../src/store/postgres/sliding_log.sql"),
+    include_str!("../../src/store/postgres/cells.sql"),
+    include_str!("../../src/store/postgres/fixed_window.sql"),
+    include_str!("../../src/store/postgres/sliding_window_counter.sql"),
+    include_str!("../../src/store/postgres/leases.sql"),
+    include_str!("../../src/store/postgres/curve.sql"),
+    include_str!("../../src/store/postgres/cleanup.sql"),
 ];
 
 /// A private schema with the crate's functions on a fake clock.

@@ -30,7 +30,7 @@
 //! server's connections hold them.
 //!
 //! A store whose URL is not set is skipped, with a line saying so. Run with
-//! `cargo bench --all-features --bench stores`.
+//! `cargo bench -p integration --all-features --bench stores`.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]

@@ -5,7 +5,7 @@
 //! is built or refused with a `ConfigError`, every call answers, nothing
 //! panics, and no case allocates in proportion to a number it was given.
 //!
-//! 2,000 cases by default; `PROPTEST_CASES=1000000 cargo test --release
+//! 2,000 cases by default; `PROPTEST_CASES=1000000 cargo test -p integration --release
 //! --all-features --test arbitrary_numbers` runs a million. Its own test
 //! binary, because it counts every allocation of the process.
 

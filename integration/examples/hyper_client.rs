@@ -8,7 +8,7 @@
 //! some after one retry, and only requests already in flight when the
 //! upstream refused get a 429: the others wait for the pause it asked for.
 //!
-//! Run it with `cargo run --example hyper_client --features http`.
+//! Run it with `cargo run -p integration --example hyper_client --features http`.
 
 mod common;
 

@@ -6,7 +6,7 @@
 //! refused once, the client pauses for the `Retry-After` the upstream sent,
 //! and the retry and the rest go through.
 //!
-//! Run it with `cargo run --example reqwest_client --features http`.
+//! Run it with `cargo run -p integration --example reqwest_client --features http`.
 
 mod common;
 
