@@ -188,6 +188,23 @@ async fn settled_remaining<P: Limiter>(probe: &P, expected: u64) -> u64 {
 /// A store for the storm (with the short timeout) or for the probe.
 type MakeStore<S> = Box<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = S>>>>;
 
+/// A store `open` makes, tried again until it opens: opening has the
+/// store's timeout too, and a busy machine may need a few tries for a
+/// short one.
+async fn opened<S, E: std::fmt::Debug, F>(mut open: impl FnMut() -> F) -> S
+where
+    F: Future<Output = Result<S, E>>,
+{
+    let mut failed = None;
+    for _ in 0..100 {
+        match open().await {
+            Ok(store) => return store,
+            Err(error) => failed = Some(error),
+        }
+    }
+    panic!("a store with a short timeout did not open in 100 tries: {failed:?}")
+}
+
 /// The probe's store timeout: long enough for a busy machine.
 const LONG: Duration = Duration::from_secs(5);
 
@@ -277,12 +294,7 @@ async fn a_storm_on_sqlite_loses_nothing() {
         let db = Arc::clone(&db);
         Box::pin(async move {
             let builder = || tower_limits::store::SqliteStore::builder(db.path()).timeout(timeout);
-            for _ in 0..100 {
-                if let Ok(store) = builder().open().await {
-                    return store;
-                }
-            }
-            panic!("could not open {} within {timeout:?}", db.path().display())
+            opened(|| builder().open()).await
         })
     });
     let pace = Pace {
@@ -300,10 +312,15 @@ async fn a_storm_on_redis_loses_nothing() {
     };
     let prefix = format!("{}:", common::conformance::unique("storm"));
     let make: MakeStore<_> = Box::new(move |timeout| {
-        let builder = tower_limits::store::RedisStore::builder(url.clone())
-            .prefix(prefix.clone())
-            .timeout(timeout);
-        Box::pin(async move { builder.connect().await.unwrap() })
+        let (url, prefix) = (url.clone(), prefix.clone());
+        Box::pin(async move {
+            let builder = || {
+                tower_limits::store::RedisStore::builder(url.clone())
+                    .prefix(prefix.clone())
+                    .timeout(timeout)
+            };
+            opened(|| builder().connect()).await
+        })
     });
     storm_every_algorithm("redis", FAST, make).await;
 }
