@@ -71,6 +71,7 @@ mod reconcile {
     use std::time::Duration;
 
     use super::until_applied;
+    use crate::error::LimiterError;
     use crate::store::{
         LeaseStore, Quota, QuotaStore, RateLimiterStore, StoreError, WindowDecision, WindowPolicy,
     };
@@ -295,6 +296,20 @@ mod reconcile {
             .unwrap_or_else(|_| Err(StoreError::timeout(backend, timeout)))
     }
 
+    /// An undo that, for a grant, runs `give_back` with its ticket until
+    /// the store applies it (see [`until_applied`]).
+    fn undo<F, Fut>(name: String, what: &'static str, give_back: F) -> Late<WindowDecision>
+    where
+        F: Fn(u64) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), LimiterError>> + Send + 'static,
+    {
+        Late::undo(move |decision| async move {
+            if let WindowDecision::Granted { ticket } = decision {
+                until_applied(&name, what, || give_back(ticket)).await;
+            }
+        })
+    }
+
     /// The undo of a quota decision: gives back the `cost` units of a
     /// grant nobody took.
     pub(crate) fn undo_grant<S>(
@@ -309,12 +324,9 @@ mod reconcile {
         S::QuotaKey: Clone,
     {
         let (store, key) = (store.clone(), key.clone());
-        Late::undo(move |decision| async move {
-            let WindowDecision::Granted { ticket } = decision else {
-                return;
-            };
-            let refund = || store.adjust(&key, &quota, ticket, cost, 0);
-            until_applied(&name, "give back a grant nobody took", refund).await;
+        undo(name, "give back a grant nobody took", move |ticket| {
+            let (store, key) = (store.clone(), key.clone());
+            async move { store.adjust(&key, &quota, ticket, cost, 0).await.map(drop) }
         })
     }
 
@@ -332,13 +344,14 @@ mod reconcile {
         S::Key: Clone,
     {
         let (store, key) = (store.clone(), key.clone());
-        Late::undo(move |decision| async move {
-            let WindowDecision::Granted { ticket } = decision else {
-                return;
-            };
-            let refund = || store.refund(&key, policy, ticket, cost);
-            until_applied(&name, "erase the starts of a grant nobody took", refund).await;
-        })
+        undo(
+            name,
+            "erase the starts of a grant nobody took",
+            move |ticket| {
+                let (store, key) = (store.clone(), key.clone());
+                async move { store.refund(&key, policy, ticket, cost).await }
+            },
+        )
     }
 
     /// The undo of a lease: releases the `cost` leases nobody took (before
@@ -354,12 +367,9 @@ mod reconcile {
         S::LeaseKey: Clone,
     {
         let (store, key) = (store.clone(), key.clone());
-        Late::undo(move |decision| async move {
-            let WindowDecision::Granted { ticket } = decision else {
-                return;
-            };
-            let release = || store.release(&key, ticket, cost);
-            until_applied(&name, "release leases nobody took", release).await;
+        undo(name, "release leases nobody took", move |lease| {
+            let (store, key) = (store.clone(), key.clone());
+            async move { store.release(&key, lease, cost).await }
         })
     }
 }
