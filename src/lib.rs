@@ -47,9 +47,9 @@
 //!
 //! # Which limiter do I need?
 //!
-//! - **An API says "N requests per second/minute"**: [`GcraLimiter`] with a
-//!   burst of 2 (exact pacing, absorbs late timer wake-ups), or
-//!   [`TokenBucketLimiter`] if the API states a bucket size; a
+//! - **An API says "N requests per second/minute"**: [`GcraLimiter`] (exact
+//!   pacing; its pacing tolerance keeps late timer wake-ups from costing the
+//!   rate), or [`TokenBucketLimiter`] if the API states a bucket size; a
 //!   [`RateLimiter`] if you want the exact sliding log of starts.
 //! - **You do not know the limit, or it changes**: [`AdaptiveRateLimiter`]
 //!   with `http::FeedbackLayer::adaptive` (feature `http`).
@@ -125,10 +125,13 @@
 //! * **Exact waits.** A denied caller sleeps until the instant the limiter
 //!   named, or until a running call completes: no polling interval.
 //! * **Cancellation is safe.** A [`Permit`] records completion when dropped,
-//!   so a call whose future is dropped releases what it held.
-//! * **Testable time.** Limiters read tokio's clock by default, so
-//!   `tokio::time::pause` drives them; [`Clock::fast`] is the cheap clock for
-//!   production.
+//!   so a call whose future is dropped releases what it held; a reservation
+//!   never used is refunded, on every store.
+//! * **Fast clock, testable time.** Limiters read [`Clock::fast`] (the CPU's
+//!   time-stamp counter, with the default `fast-clock` feature) unless they
+//!   are built under paused tokio time: then they read tokio's clock, so
+//!   `tokio::time::pause` drives them. One built before time is paused
+//!   needs `.with_clock(Clock::tokio())` to follow it.
 //!
 //! [tower]: https://docs.rs/tower
 

@@ -64,9 +64,10 @@
 //!
 //! # Adding a store
 //!
-//! Implement the three traits (each method is one atomic step on one key),
-//! then add the store to `integration/tests/store_conformance.rs`: the suite in
-//! `tests/common/conformance.rs` takes any store that implements them.
+//! Implement the four traits (each method is one atomic step on one key),
+//! then add the store to `integration/tests/store_conformance.rs`: the suite
+//! in `integration/tests/common/conformance.rs` takes any store that
+//! implements them.
 //!
 //! # Example
 //!
