@@ -21,7 +21,14 @@ use crate::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
 /// a refund in this process gives units back. Clones share the limiter.
 ///
 /// On a [`MemoryStore`] it behaves as the in-memory limiter of its quota;
-/// with [`RedisStore`](crate::store::RedisStore) (feature `redis`) it is
+#[cfg_attr(
+    feature = "redis",
+    doc = "with [`RedisStore`](crate::store::RedisStore) (feature `redis`) it is"
+)]
+#[cfg_attr(
+    not(feature = "redis"),
+    doc = "with `RedisStore` (feature `redis`) it is"
+)]
 /// shared by processes. Wrap it in a [`Failover`](crate::Failover) to choose
 /// what happens while the store is down.
 ///

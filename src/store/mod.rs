@@ -25,11 +25,35 @@
 //! [`MemoryStore`] implements all four and needs no server; its quotas are
 //! decided by the crate's in-memory limiters, so it is the reference the
 //! other stores are tested against (one conformance suite runs the same
-//! assertions on every store). [`RedisStore`] (cargo feature `redis`) keeps
-//! the same state in Redis; [`PostgresStore`] (cargo feature `postgres`) in
-//! PostgreSQL, one statement per decision on the database's clock;
-//! [`SqliteStore`] (cargo feature `sqlite`) in one SQLite file shared by the
-//! processes of one machine, one `BEGIN IMMEDIATE` transaction per decision.
+//! assertions on every store). The others, each behind a cargo feature:
+//!
+#![cfg_attr(
+    feature = "redis",
+    doc = "- [`RedisStore`] (feature `redis`): the same state in Redis;"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "- `RedisStore` (feature `redis`): the same state in Redis;"
+)]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "- [`PostgresStore`] (feature `postgres`): in PostgreSQL,"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "- `PostgresStore` (feature `postgres`): in PostgreSQL,"
+)]
+//!   one statement per decision on the database's clock;
+#![cfg_attr(
+    feature = "sqlite",
+    doc = "- [`SqliteStore`] (feature `sqlite`): in one SQLite file"
+)]
+#![cfg_attr(
+    not(feature = "sqlite"),
+    doc = "- `SqliteStore` (feature `sqlite`): in one SQLite file"
+)]
+//!   shared by the processes of one machine, one `BEGIN IMMEDIATE`
+//!   transaction per decision.
 //!
 //! # Time
 //!
