@@ -7,8 +7,8 @@
 //! at once, through a client stack of two tower-limits layers:
 //!
 //! ```text
-//! ConcurrencyLimitLayer (8 in flight)      outside: bounds who waits on the rate
-//!   RateLimitLayer (50 per 1 s sliding)    inside: each admitted call starts at once
+//! LimitLayer (8 in flight)      outside: bounds who waits on the rate
+//!   LimitLayer (50 per 1 s sliding)    inside: each admitted call starts at once
 //!     hyper-util client                    the real HTTP call
 //! ```
 //!
@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
-use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+use tower_limits::{ConcurrencyLimiter, LimitLayer, RateLimiter};
 
 /// The upstream's quota, and the client's limit: requests per [`WINDOW`].
 const LIMIT: u32 = 50;
@@ -93,8 +93,8 @@ async fn main() -> Result<(), BoxError> {
         // rate limit, and each one starts the moment the rate limit admits
         // it. The other order would admit callers by rate and then make them
         // wait for a slot, so delayed starts could bunch up and break the rate.
-        .layer(ConcurrencyLimitLayer::new(concurrency))
-        .layer(RateLimitLayer::new(rate))
+        .layer(LimitLayer::new(concurrency))
+        .layer(LimitLayer::new(rate))
         .service(http);
 
     let stats = Arc::new(Stats::default());

@@ -94,7 +94,7 @@
 //! use std::convert::Infallible;
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+//! use tower_limits::{LimitLayer, ConcurrencyLimiter, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -102,8 +102,8 @@
 //!     .without_backoff()
 //!     .build()?;
 //! let client = ServiceBuilder::new()
-//!     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?))
-//!     .layer(RateLimitLayer::new(rate))
+//!     .layer(LimitLayer::new(ConcurrencyLimiter::new(4)?))
+//!     .layer(LimitLayer::new(rate))
 //!     .service(service_fn(|id: u32| async move { Ok::<_, Infallible>(id) }));
 //!
 //! let start = tokio::time::Instant::now();
@@ -155,12 +155,8 @@ pub mod store;
 
 pub use clock::Clock;
 pub use limit::{
-    CompositeLimit, CompositeLimitLayer, ConcurrencyLimit, ConcurrencyLimitLayer, CostLimit,
-    CostLimitLayer, DelayLimit, DelayLimitLayer, EvenlySpacedRateLimit, EvenlySpacedRateLimitLayer,
-    FairLimit, FairLimitLayer, FixedWindowLimit, FixedWindowLimitLayer, GcraLimit, GcraLimitLayer,
-    KeyedLimit, KeyedLimitLayer, LeakyBucketLimit, LeakyBucketLimitLayer, Limit, LimitLayer,
-    NullLimit, NullLimitLayer, RateLimit, RateLimitLayer, SlidingWindowCounterLimit,
-    SlidingWindowCounterLimitLayer, TokenBucketLimit, TokenBucketLimitLayer,
+    CostLimit, CostLimitLayer, FairLimit, FairLimitLayer, KeyedLimit, KeyedLimitLayer, Limit,
+    LimitLayer,
 };
 pub use limiter::{
     Admission, DEFAULT_MAX_UPSTREAM_WAIT, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats,

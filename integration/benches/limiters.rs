@@ -41,9 +41,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::store::MemoryStore;
 use tower_limits::{
-    Admission, Clock, ConcurrencyLimitLayer, ConcurrencyLimiter, FixedWindowLimiter,
-    GcraLimitLayer, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, Limiter, RateLimitLayer,
-    RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    Admission, Clock, ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter, KeyedLimiter,
+    LeakyBucketLimiter, LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.
@@ -212,8 +212,8 @@ fn ours(clock: Clock) -> impl Service<(), Error = tower_limits::error::BoxError>
     let concurrency = ConcurrencyLimiter::new(UNBOUNDED)
         .expect("valid configuration")
         .with_clock(clock.clone());
-    let rate = RateLimitLayer::new(sliding_window(clock));
-    ConcurrencyLimitLayer::new(concurrency).layer(rate.layer(Noop))
+    let rate = LimitLayer::new(sliding_window(clock));
+    LimitLayer::new(concurrency).layer(rate.layer(Noop))
 }
 
 fn stack(c: &mut Criterion) {
@@ -254,19 +254,19 @@ fn stack(c: &mut Criterion) {
         b.iter(|| ready_call(&mut tower_concurrency))
     });
     let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    let mut ours_concurrency = ConcurrencyLimitLayer::new(concurrency).layer(Noop);
+    let mut ours_concurrency = LimitLayer::new(concurrency).layer(Noop);
     group.bench_function("ours_concurrency", |b| {
         b.iter(|| ready_call(&mut ours_concurrency))
     });
-    let mut ours_rate = RateLimitLayer::new(sliding_window(Clock::fast())).layer(Noop);
+    let mut ours_rate = LimitLayer::new(sliding_window(Clock::fast())).layer(Noop);
     group.bench_function("ours_rate_fast_clock", |b| {
         b.iter(|| ready_call(&mut ours_rate))
     });
     // GCRA as the rate: one atomic word, where the sliding log above keeps
     // every start of its window.
     let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    let mut ours_gcra = ConcurrencyLimitLayer::new(concurrency)
-        .layer(GcraLimitLayer::new(gcra(Clock::fast())).layer(Noop));
+    let mut ours_gcra =
+        LimitLayer::new(concurrency).layer(LimitLayer::new(gcra(Clock::fast())).layer(Noop));
     group.bench_function("ours_concurrency_gcra_fast_clock", |b| {
         b.iter(|| ready_call(&mut ours_gcra))
     });
@@ -344,11 +344,9 @@ fn clock(c: &mut Criterion) {
 fn observe(c: &mut Criterion) {
     let mut group = c.benchmark_group("observe");
     let concurrency = || ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    let mut plain = ConcurrencyLimitLayer::new(concurrency()).layer(Noop);
+    let mut plain = LimitLayer::new(concurrency()).layer(Noop);
     group.bench_function("concurrency_layer", |b| b.iter(|| ready_call(&mut plain)));
-    let mut named = ConcurrencyLimitLayer::new(concurrency())
-        .name("bench")
-        .layer(Noop);
+    let mut named = LimitLayer::new(concurrency()).name("bench").layer(Noop);
     group.bench_function("concurrency_layer_observed", |b| {
         b.iter(|| ready_call(&mut named))
     });

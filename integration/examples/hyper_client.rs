@@ -24,7 +24,7 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, HttpLimitLayer, RetryPolicy};
-use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+use tower_limits::{ConcurrencyLimiter, LimitLayer, RateLimiter};
 
 use common::Upstream;
 
@@ -47,10 +47,10 @@ pub async fn run(requests: u32) -> Result<Summary, BoxError> {
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::new().wait_for(rate.clone())))
         .layer(FeedbackLayer::new(rate.clone()))
-        .layer(HttpLimitLayer::new(ConcurrencyLimitLayer::new(
+        .layer(HttpLimitLayer::new(LimitLayer::new(
             ConcurrencyLimiter::new(4)?,
         )))
-        .layer(RateLimitLayer::new(rate))
+        .layer(LimitLayer::new(rate))
         .service(http);
 
     let tasks: Vec<_> = (0..4)

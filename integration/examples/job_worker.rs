@@ -63,8 +63,7 @@ use tower_limits::http::Advice;
 use tower_limits::job::{RetryableJobError, reschedule};
 use tower_limits::store::{Quota, RedisStore};
 use tower_limits::{
-    ConcurrencyLimitLayer, ConcurrencyLimiter, FairLimitLayer, LeasedConcurrencyLimiter,
-    LimitLayer, SharedLimiter,
+    ConcurrencyLimiter, FairLimitLayer, LeasedConcurrencyLimiter, LimitLayer, SharedLimiter,
 };
 
 /// Requests the upstream allows in any one-second window.
@@ -533,13 +532,7 @@ where
     F: Fn(&Task<Job>) -> String + Send + Sync + 'static,
 {
     let slots = ConcurrencyLimiter::new(settings.slots)?;
-    run_worker_with!(
-        settings,
-        rate,
-        ConcurrencyLimitLayer::new(slots),
-        fair,
-        stop
-    )
+    run_worker_with!(settings, rate, LimitLayer::new(slots), fair, stop)
 }
 
 /// The fair layer of tenant workers sharing `rate`: the key is the job's

@@ -21,7 +21,7 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, RetryPolicy};
-use tower_limits::{RateLimitLayer, RateLimiter};
+use tower_limits::{LimitLayer, RateLimiter};
 
 use common::Upstream;
 
@@ -66,7 +66,7 @@ pub async fn run(requests: u32) -> Result<Summary, BoxError> {
     let mut client = ServiceBuilder::new()
         .layer(RetryLayer::new(RetryPolicy::new().wait_for(rate.clone())))
         .layer(FeedbackLayer::new(rate.clone()))
-        .layer(RateLimitLayer::new(rate))
+        .layer(LimitLayer::new(rate))
         .service(Reqwest::default());
 
     let mut succeeded = 0;

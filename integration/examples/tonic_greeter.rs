@@ -27,7 +27,7 @@ use tonic_prost::ProstCodec;
 use tower::{Service, ServiceBuilder};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, TooManyRequestsLayer};
-use tower_limits::{KeyedLimiter, RateLimitLayer, RateLimiter};
+use tower_limits::{KeyedLimiter, LimitLayer, RateLimiter};
 
 const SAY_HELLO: &str = "/greeter.Greeter/SayHello";
 
@@ -129,7 +129,7 @@ pub async fn run() -> Result<Summary, BoxError> {
         .build()?;
     let limited = ServiceBuilder::new()
         .layer(FeedbackLayer::new(loose.clone()))
-        .layer(RateLimitLayer::new(loose))
+        .layer(LimitLayer::new(loose))
         .service(channel);
     let mut client = tonic::client::Grpc::new(limited);
 

@@ -13,9 +13,7 @@ use tokio::time::{Instant, sleep, timeout};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::BoxError;
 use tower_limits::store::{MemoryStore, RateLimiterStore};
-use tower_limits::{
-    ConcurrencyLimitLayer, ConcurrencyLimiter, Limiter, RateLimitLayer, RateLimiter,
-};
+use tower_limits::{ConcurrencyLimiter, LimitLayer, Limiter, RateLimiter};
 
 const NAME: &str = "cancellation";
 /// Longer than any test waits: a caller that needs it is stuck.
@@ -77,8 +75,8 @@ impl Limits {
         let (calls, window) = (Arc::clone(&self.calls), self.window);
         let key = MemoryStore::key(rate.store(), NAME);
         ServiceBuilder::new()
-            .layer(ConcurrencyLimitLayer::new(self.concurrency.clone()))
-            .layer(RateLimitLayer::new(self.rate.clone()))
+            .layer(LimitLayer::new(self.concurrency.clone()))
+            .layer(LimitLayer::new(self.rate.clone()))
             .service(service_fn(move |work: Duration| {
                 let counted = rate
                     .store()

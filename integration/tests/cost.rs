@@ -331,10 +331,7 @@ mod plain_layer {
 
     use proptest::prelude::*;
     use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
-    use tower_limits::{
-        ConcurrencyLimitLayer, LimitLayer, RateLimitLayer, TokenBucketLimitLayer,
-        TokenBucketLimiter,
-    };
+    use tower_limits::{LimitLayer, TokenBucketLimiter};
 
     use super::*;
     use crate::common::{ms, paused_runtime};
@@ -343,7 +340,7 @@ mod plain_layer {
     async fn each_request_takes_its_cost_from_the_bucket_in_arrival_order() {
         // 10 tokens, refilled at 10 a second; a request is a batch of calls.
         let bucket = TokenBucketLimiter::new(10, 10, secs(1)).unwrap();
-        let layer = TokenBucketLimitLayer::new(bucket).cost(|batch: &u32| *batch);
+        let layer = LimitLayer::new(bucket).cost(|batch: &u32| *batch);
         let started = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = Arc::clone(&started);
         let service = layer.layer(service_fn(move |batch: u32| {
@@ -366,7 +363,7 @@ mod plain_layer {
 
     #[tokio::test(start_paused = true)]
     async fn a_cost_above_the_capacity_fails_the_request_at_once() {
-        let layer = RateLimitLayer::new(window(5, secs(1))).cost(|cost: &u32| *cost);
+        let layer = LimitLayer::new(window(5, secs(1))).cost(|cost: &u32| *cost);
         let mut service = layer.layer(service_fn(
             |cost: u32| async move { Ok::<_, Infallible>(cost) },
         ));
@@ -416,7 +413,7 @@ mod plain_layer {
             let peak = Arc::new(AtomicU32::new(0));
             let (used, high) = (Arc::clone(&in_use), Arc::clone(&peak));
             let slots = tower_limits::ConcurrencyLimiter::new(8).unwrap();
-            let layer = ConcurrencyLimitLayer::new(slots).cost(|(cost, _): &(u32, u64)| *cost);
+            let layer = LimitLayer::new(slots).cost(|(cost, _): &(u32, u64)| *cost);
             let service = layer.layer(service_fn(move |(cost, millis): (u32, u64)| {
                 let (used, high) = (Arc::clone(&used), Arc::clone(&high));
                 async move {

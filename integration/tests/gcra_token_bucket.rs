@@ -17,8 +17,8 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::{BoxError, ConfigError, CostTooHigh, LimiterError, Rejected};
 use tower_limits::{
-    Admission, Denial, GcraLimitLayer, GcraLimiter, GcraState, Limiter, LimiterExt, Permit,
-    TokenBucketLimitLayer, TokenBucketLimiter,
+    Admission, Denial, GcraLimiter, GcraState, LimitLayer, Limiter, LimiterExt, Permit,
+    TokenBucketLimiter,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -475,7 +475,7 @@ async fn token_bucket_layer_paces_a_service() -> Result<(), BoxError> {
     let starts = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let mut service = ServiceBuilder::new()
-        .layer(TokenBucketLimitLayer::new(bucket(3, 10, secs(1))))
+        .layer(LimitLayer::new(bucket(3, 10, secs(1))))
         .service(service_fn({
             let starts = Arc::clone(&starts);
             move |()| {
@@ -495,7 +495,7 @@ async fn token_bucket_layer_paces_a_service() -> Result<(), BoxError> {
 
 #[tokio::test(start_paused = true)]
 async fn gcra_layer_in_reject_mode_names_the_retry_instant() -> Result<(), BoxError> {
-    let layer = GcraLimitLayer::new(gcra(1, secs(2), 1)).reject();
+    let layer = LimitLayer::new(gcra(1, secs(2), 1)).reject();
     let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     let start = Instant::now();
     service.ready().await?.call(1).await?;

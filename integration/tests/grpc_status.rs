@@ -18,7 +18,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic_greeter::{Greeter, say_hello};
 use tower::Layer;
-use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, GcraLimiter, LimitLayer};
+use tower_limits::{ConcurrencyLimiter, GcraLimiter, LimitLayer};
 
 /// One call a minute.
 fn one_a_minute() -> GcraLimiter {
@@ -87,7 +87,7 @@ async fn a_tonic_client_reports_its_own_layers_refusals_as_resource_exhausted() 
     assert_eq!(codes, [Code::Ok, Code::ResourceExhausted]);
 
     // A full line (`Overloaded`) too: the only slot is held by a ready clone.
-    let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1).expect("valid limit"));
+    let layer = LimitLayer::new(ConcurrencyLimiter::new(1).expect("valid limit"));
     let mut holder = Grpc::new(layer.clone().max_waiting(0).layer(channel.clone()));
     let mut turned_away = Grpc::new(layer.max_waiting(0).layer(channel));
     holder.ready().await.expect("the slot is free");

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::BoxError;
 use tower_limits::http::FeedbackLayer;
-use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+use tower_limits::{LimitLayer, Limiter, RateLimiter};
 
 /// The upstream's own limit: 5 requests in any sliding second.
 const UPSTREAM_MAX: u32 = 5;
@@ -117,7 +117,7 @@ async fn run_callers(addr: SocketAddr, limiter: RateLimiter, callers: u32, each:
     let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let client = ServiceBuilder::new()
         .layer(FeedbackLayer::new(limiter.clone()))
-        .layer(RateLimitLayer::new(limiter))
+        .layer(LimitLayer::new(limiter))
         .service(http);
     let tasks: Vec<_> = (0..callers)
         .map(|caller| {

@@ -21,8 +21,8 @@ use tower_limits::http::{
     ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, TooManyRequestsLayer, TrustedProxies,
 };
 use tower_limits::{
-    Admission, ConcurrencyLimitLayer, ConcurrencyLimiter, Denial, KeyedLimiter, Limiter,
-    LimiterFuture, QuotaStatus, RateLimiter, TokenBucketLimiter,
+    Admission, ConcurrencyLimiter, Denial, KeyedLimiter, LimitLayer, Limiter, LimiterFuture,
+    QuotaStatus, RateLimiter, TokenBucketLimiter,
 };
 
 fn per_peer_rate(max: u32, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
@@ -464,7 +464,7 @@ async fn a_streaming_body_keeps_its_server_slot_until_it_ends() {
 async fn a_streaming_body_keeps_its_client_slot_until_it_ends_or_is_dropped() {
     let limiter = ConcurrencyLimiter::new(1).unwrap();
     let (bodies, mut senders) = mpsc::unbounded_channel();
-    let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()).reject());
+    let layer = HttpLimitLayer::new(LimitLayer::new(limiter.clone()).reject());
     let mut client = layer.layer(streaming(bodies));
 
     let open = send(&mut client, Request::new(())).await;

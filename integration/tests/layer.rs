@@ -24,9 +24,8 @@ use tower::buffer::Buffer;
 use tower::{Layer, Service, ServiceExt};
 use tower_limits::error::{BoxError, Elapsed, Overloaded, Rejected};
 use tower_limits::{
-    CompositeLimitLayer, CompositeLimiter, ConcurrencyLimitLayer, ConcurrencyLimiter,
-    DelayLimitLayer, DelayLimiter, EvenlySpacedRateLimitLayer, EvenlySpacedRateLimiter, LimitLayer,
-    Limiter, RateLimitLayer, RateLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, LimitLayer,
+    Limiter, RateLimiter,
 };
 use tower_test::assert_request_eq;
 use tower_test::mock::{self, Spawn};
@@ -157,7 +156,7 @@ fn mock_limit<L: Limiter + Clone>(layer: LimitLayer<L>) -> (MockLimit<L>, MockHa
 async fn delay_limiter_admits_each_caller_exactly_one_delay_after_the_last() {
     let origin = Instant::now();
     let recorder = Recorder::new(Duration::ZERO);
-    let service = DelayLimitLayer::new(delay(ms(100))).layer(recorder.clone());
+    let service = LimitLayer::new(delay(ms(100))).layer(recorder.clone());
 
     join_all(spawn_callers(&service, 0..5).await).await;
 
@@ -171,7 +170,7 @@ async fn delay_limiter_admits_each_caller_exactly_one_delay_after_the_last() {
 async fn rate_limiter_admits_the_next_caller_exactly_when_the_oldest_start_leaves_the_window() {
     let origin = Instant::now();
     let recorder = Recorder::new(Duration::ZERO);
-    let service = RateLimitLayer::new(rate(3, ms(1000))).layer(recorder.clone());
+    let service = LimitLayer::new(rate(3, ms(1000))).layer(recorder.clone());
 
     let callers = vec![
         spawn_caller_at(&service, 0, origin),
@@ -194,7 +193,7 @@ async fn evenly_spaced_limiter_admits_callers_exactly_one_interval_apart() -> Re
     let origin = Instant::now();
     let recorder = Recorder::new(Duration::ZERO);
     let limiter = EvenlySpacedRateLimiter::new(4, ms(1000))?;
-    let service = EvenlySpacedRateLimitLayer::new(limiter).layer(recorder.clone());
+    let service = LimitLayer::new(limiter).layer(recorder.clone());
 
     join_all(spawn_callers(&service, 0..5).await).await;
 
@@ -237,7 +236,7 @@ async fn pause_set_while_callers_wait_pushes_them_to_its_end() -> Result<(), Box
     let origin = Instant::now();
     let recorder = Recorder::new(Duration::ZERO);
     let limiter = delay(ms(100));
-    let service = DelayLimitLayer::new(limiter.clone()).layer(recorder.clone());
+    let service = LimitLayer::new(limiter.clone()).layer(recorder.clone());
 
     // Caller 1 is already asleep until 100 ms when the pause is set.
     let mut callers = spawn_callers(&service, 0..2).await;
@@ -254,7 +253,7 @@ async fn pause_set_while_callers_wait_pushes_them_to_its_end() -> Result<(), Box
 async fn caller_waiting_on_a_full_concurrency_limit_starts_when_a_call_completes() {
     let origin = Instant::now();
     let recorder = Recorder::new(ms(300));
-    let service = ConcurrencyLimitLayer::new(concurrency(1)).layer(recorder.clone());
+    let service = LimitLayer::new(concurrency(1)).layer(recorder.clone());
 
     join_all(spawn_callers(&service, 0..3).await).await;
 
@@ -270,7 +269,7 @@ const ARRIVALS: [usize; 10] = [3, 7, 0, 9, 1, 8, 2, 6, 4, 5];
 #[tokio::test(start_paused = true)]
 async fn waiters_on_a_delay_are_served_in_arrival_order() {
     let recorder = Recorder::new(Duration::ZERO);
-    let service = DelayLimitLayer::new(delay(ms(100))).layer(recorder.clone());
+    let service = LimitLayer::new(delay(ms(100))).layer(recorder.clone());
 
     join_all(spawn_callers(&service, ARRIVALS).await).await;
 
@@ -280,7 +279,7 @@ async fn waiters_on_a_delay_are_served_in_arrival_order() {
 #[tokio::test(start_paused = true)]
 async fn waiters_on_a_concurrency_limit_are_served_in_arrival_order() {
     let recorder = Recorder::new(ms(10));
-    let service = ConcurrencyLimitLayer::new(concurrency(1)).layer(recorder.clone());
+    let service = LimitLayer::new(concurrency(1)).layer(recorder.clone());
 
     join_all(spawn_callers(&service, ARRIVALS).await).await;
 
@@ -349,7 +348,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn clones_and_services_of_one_layer_share_one_concurrency_limit() {
     let recorder = Recorder::new(ms(100));
-    let layer = ConcurrencyLimitLayer::new(concurrency(2));
+    let layer = LimitLayer::new(concurrency(2));
     let first = layer.layer(recorder.clone());
     let second = layer.layer(recorder.clone());
 
@@ -360,7 +359,7 @@ async fn clones_and_services_of_one_layer_share_one_concurrency_limit() {
 async fn clones_and_services_of_one_layer_share_one_rate_limit() {
     let origin = Instant::now();
     let recorder = Recorder::new(Duration::ZERO);
-    let layer = RateLimitLayer::new(rate(2, ms(1000)));
+    let layer = LimitLayer::new(rate(2, ms(1000)));
     let first = layer.layer(recorder.clone());
     let second = layer.layer(recorder.clone());
 
@@ -378,7 +377,7 @@ async fn clones_and_services_of_one_layer_share_one_rate_limit() {
 #[tokio::test]
 async fn poll_ready_reserves_and_completion_releases() {
     let limiter = concurrency(1);
-    let (mut service, mut handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, mut handle) = mock_limit(LimitLayer::new(limiter.clone()));
     let mut other = service.clone();
 
     assert_ready_ok(service.poll_ready());
@@ -406,7 +405,7 @@ async fn poll_ready_reserves_and_completion_releases() {
 #[tokio::test]
 async fn response_future_records_completion_when_the_inner_call_fails() {
     let limiter = concurrency(1);
-    let (mut service, mut handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, mut handle) = mock_limit(LimitLayer::new(limiter.clone()));
     let mut other = service.clone();
 
     assert_ready_ok(service.poll_ready());
@@ -428,7 +427,7 @@ async fn response_future_records_completion_when_the_inner_call_fails() {
 #[tokio::test]
 async fn response_future_drop_releases_capacity() {
     let limiter = concurrency(1);
-    let (mut service, _handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, _handle) = mock_limit(LimitLayer::new(limiter.clone()));
     let mut other = service.clone();
 
     assert_ready_ok(service.poll_ready());
@@ -444,14 +443,14 @@ async fn response_future_drop_releases_capacity() {
 #[tokio::test]
 #[should_panic(expected = "poll_ready must return Ready")]
 async fn call_without_poll_ready_panics() {
-    let (mut service, _handle) = mock_limit(ConcurrencyLimitLayer::new(concurrency(1)));
+    let (mut service, _handle) = mock_limit(LimitLayer::new(concurrency(1)));
     let _response = service.call("too early");
 }
 
 #[tokio::test]
 async fn clone_of_a_ready_service_holds_no_reservation() {
     let limiter = concurrency(2);
-    let (mut service, _handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, _handle) = mock_limit(LimitLayer::new(limiter.clone()));
 
     assert_ready_ok(service.poll_ready());
     let mut clone = service.clone();
@@ -468,7 +467,7 @@ async fn clone_of_a_ready_service_holds_no_reservation() {
 #[tokio::test]
 async fn service_drop_frees_capacity() {
     let limiter = concurrency(1);
-    let (mut service, _handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, _handle) = mock_limit(LimitLayer::new(limiter.clone()));
     let mut other = service.clone();
 
     assert_ready_ok(service.poll_ready());
@@ -574,7 +573,7 @@ async fn refunded_delay_start_admits_the_waiter_at_once() -> Result<(), BoxError
 #[tokio::test]
 async fn dropping_a_waiting_caller_leaves_the_queue() {
     let limiter = concurrency(1);
-    let layer = ConcurrencyLimitLayer::new(limiter.clone()).max_waiting(2);
+    let layer = LimitLayer::new(limiter.clone()).max_waiting(2);
     let (mut running, mut handle) = mock_limit(layer);
     let mut head = running.clone();
     let mut behind = running.clone();
@@ -602,7 +601,7 @@ async fn dropping_a_waiting_caller_leaves_the_queue() {
 #[tokio::test]
 async fn max_waiting_turns_callers_away_with_overloaded_until_the_queue_drains() {
     let limiter = concurrency(1);
-    let layer = ConcurrencyLimitLayer::new(limiter.clone()).max_waiting(2);
+    let layer = LimitLayer::new(limiter.clone()).max_waiting(2);
     let (mut first, mut handle) = mock_limit(layer);
     let mut second = first.clone();
     let mut third = first.clone();
@@ -636,7 +635,7 @@ async fn max_waiting_turns_callers_away_with_overloaded_until_the_queue_drains()
 #[tokio::test]
 async fn max_waiting_zero_never_waits_for_a_concurrency_slot() {
     let limiter = concurrency(1);
-    let layer = ConcurrencyLimitLayer::new(limiter.clone()).max_waiting(0);
+    let layer = LimitLayer::new(limiter.clone()).max_waiting(0);
     let (mut first, mut handle) = mock_limit(layer);
     let mut second = first.clone();
 
@@ -653,7 +652,7 @@ async fn max_waiting_zero_never_waits_for_a_concurrency_slot() {
 #[tokio::test(start_paused = true)]
 async fn max_waiting_zero_never_waits_for_a_rate_limit() {
     let origin = Instant::now();
-    let layer = DelayLimitLayer::new(delay(ms(100))).max_waiting(0);
+    let layer = LimitLayer::new(delay(ms(100))).max_waiting(0);
     let (mut first, _handle) = mock_limit(layer);
     let mut second = first.clone();
 
@@ -669,7 +668,7 @@ async fn max_waiting_zero_never_waits_for_a_rate_limit() {
 #[tokio::test(start_paused = true)]
 async fn max_wait_fails_at_once_when_the_limiter_names_a_later_instant() {
     let origin = Instant::now();
-    let layer = DelayLimitLayer::new(delay(ms(1000))).max_wait(ms(100));
+    let layer = LimitLayer::new(delay(ms(1000))).max_wait(ms(100));
     let (mut first, _handle) = mock_limit(layer);
     let mut second = first.clone();
 
@@ -688,7 +687,7 @@ async fn max_wait_fails_at_once_when_the_limiter_names_a_later_instant() {
 #[tokio::test(start_paused = true)]
 async fn max_wait_admits_a_caller_whose_turn_comes_exactly_at_the_deadline() {
     let origin = Instant::now();
-    let layer = DelayLimitLayer::new(delay(ms(100))).max_wait(ms(100));
+    let layer = LimitLayer::new(delay(ms(100))).max_wait(ms(100));
     let service = layer.layer(Recorder::new(Duration::ZERO));
 
     ready_and_call(service.clone(), 0)
@@ -702,7 +701,7 @@ async fn max_wait_admits_a_caller_whose_turn_comes_exactly_at_the_deadline() {
 #[tokio::test(start_paused = true)]
 async fn max_wait_fails_with_elapsed_when_the_deadline_passes_in_the_queue() {
     let origin = Instant::now();
-    let layer = ConcurrencyLimitLayer::new(concurrency(1)).max_wait(ms(100));
+    let layer = LimitLayer::new(concurrency(1)).max_wait(ms(100));
     let service = layer.layer(Recorder::new(ms(10_000)));
 
     let running = spawn_callers(&service, [0]).await;
@@ -731,7 +730,7 @@ async fn max_wait_fails_with_elapsed_when_the_deadline_passes_in_the_queue() {
 async fn reject_names_the_rate_limiters_next_available_instant() -> Result<(), BoxError> {
     let origin = Instant::now();
     let limiter = rate(2, ms(1000));
-    let (mut service, _handle) = mock_limit(RateLimitLayer::new(limiter.clone()).reject());
+    let (mut service, _handle) = mock_limit(LimitLayer::new(limiter.clone()).reject());
 
     assert_ready_ok(service.poll_ready());
     let _first = service.call("first");
@@ -762,7 +761,7 @@ async fn reject_names_the_next_available_instant_with_starts_recorded_outside_th
     // rejects through the layer. Both must agree on when a call may start.
     let origin = Instant::now();
     let limiter = rate(2, ms(1000));
-    let (mut service, _handle) = mock_limit(RateLimitLayer::new(limiter.clone()).reject());
+    let (mut service, _handle) = mock_limit(LimitLayer::new(limiter.clone()).reject());
     for at in [0, 500, 900] {
         sleep_until(origin + ms(at)).await;
         limiter.record_start().await?;
@@ -781,7 +780,7 @@ async fn reject_names_the_next_available_instant_with_starts_recorded_outside_th
 #[tokio::test]
 async fn reject_for_a_concurrency_limit_names_no_instant() {
     let limiter = concurrency(1);
-    let (mut first, _handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()).reject());
+    let (mut first, _handle) = mock_limit(LimitLayer::new(limiter.clone()).reject());
     let mut second = first.clone();
 
     assert_ready_ok(first.poll_ready());
@@ -800,7 +799,7 @@ async fn reject_for_a_concurrency_limit_names_no_instant() {
 #[tokio::test]
 async fn inner_poll_ready_error_comes_through_as_box_error() {
     let limiter = concurrency(1);
-    let (mut service, mut handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, mut handle) = mock_limit(LimitLayer::new(limiter.clone()));
 
     handle.send_error(Boom);
     match service.poll_ready() {
@@ -816,7 +815,7 @@ async fn inner_poll_ready_error_comes_through_as_box_error() {
 #[tokio::test]
 async fn inner_backpressure_keeps_the_permit_reserved_until_the_inner_is_ready() {
     let limiter = concurrency(1);
-    let (mut service, mut handle) = mock_limit(ConcurrencyLimitLayer::new(limiter.clone()));
+    let (mut service, mut handle) = mock_limit(LimitLayer::new(limiter.clone()));
     let mut other = service.clone();
 
     handle.allow(0);
@@ -841,7 +840,7 @@ async fn inner_backpressure_keeps_the_permit_reserved_until_the_inner_is_ready()
 #[tokio::test(start_paused = true)]
 async fn buffers_over_clones_of_one_service_share_the_limit() {
     let recorder = Recorder::new(ms(100));
-    let service = ConcurrencyLimitLayer::new(concurrency(2)).layer(recorder.clone());
+    let service = LimitLayer::new(concurrency(2)).layer(recorder.clone());
     let first = Buffer::new(service.clone(), 8);
     let second = Buffer::new(service, 8);
 
@@ -852,7 +851,7 @@ async fn buffers_over_clones_of_one_service_share_the_limit() {
 async fn a_buffer_outlives_the_refusals_of_the_layer_behind_it() -> Result<(), BoxError> {
     // tower's Buffer stops for good once its service's `poll_ready` fails;
     // the layer answers refusals from `call`, so the Buffer carries on.
-    let layer = RateLimitLayer::new(rate(1, ms(1000))).reject();
+    let layer = LimitLayer::new(rate(1, ms(1000))).reject();
     let mut service = Buffer::new(layer.layer(Recorder::new(Duration::ZERO)), 8);
 
     service.ready().await?.call(0).await?;
@@ -874,7 +873,7 @@ async fn composite_layer_holds_concurrency_and_rate_together() {
     let limiter = CompositeLimiter::new()
         .with(concurrency(2))
         .with(rate(3, ms(1000)));
-    let service = CompositeLimitLayer::new(limiter).layer(recorder.clone());
+    let service = LimitLayer::new(limiter).layer(recorder.clone());
 
     join_all(spawn_callers(&service, 0..6).await).await;
 

@@ -23,7 +23,7 @@ use common::recorder::{Recorder, join_all, spawn_callers};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder};
 use tower_limits::error::BoxError;
-use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+use tower_limits::{ConcurrencyLimiter, LimitLayer, RateLimiter};
 
 /// The rate: one start per this window.
 const WINDOW: Duration = Duration::from_secs(1);
@@ -34,16 +34,16 @@ const LATER_CALL: Duration = Duration::from_millis(10);
 /// How many callers arrive together.
 const CALLERS: usize = 4;
 
-fn concurrency_layer() -> ConcurrencyLimitLayer {
-    ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1).expect("valid concurrency limit"))
+fn concurrency_layer() -> LimitLayer<ConcurrencyLimiter> {
+    LimitLayer::new(ConcurrencyLimiter::new(1).expect("valid concurrency limit"))
 }
 
-fn rate_layer() -> RateLimitLayer {
+fn rate_layer() -> LimitLayer<RateLimiter> {
     let limiter = RateLimiter::builder("upstream", 1, WINDOW)
         .without_backoff()
         .build()
         .expect("valid rate limit");
-    RateLimitLayer::new(limiter)
+    LimitLayer::new(limiter)
 }
 
 /// Wraps `stack` around the upstream, which records the instant each call

@@ -127,7 +127,7 @@ async fn stats_count_every_outcome() {
 #[tokio::test(start_paused = true)]
 async fn stats_count_the_calls_in_flight() {
     let limiter = tower_limits::ConcurrencyLimiter::new(4).unwrap();
-    let layer = tower_limits::ConcurrencyLimitLayer::new(limiter).name("db");
+    let layer = tower_limits::LimitLayer::new(limiter).name("db");
     let mut service = layer.layer(service_fn(|wait: u64| async move {
         tokio::time::sleep(ms(wait)).await;
         Ok::<_, Infallible>(wait)

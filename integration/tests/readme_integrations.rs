@@ -33,7 +33,7 @@ use tonic_greeter::{Greeter, say_hello};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, TooManyRequestsLayer};
-use tower_limits::{GcraLimiter, KeyedLimiter, RateLimitLayer, RateLimiter};
+use tower_limits::{GcraLimiter, KeyedLimiter, LimitLayer, RateLimiter};
 
 /// The snippets of this file, by name, dedented.
 fn snippets() -> Vec<(String, String)> {
@@ -125,7 +125,7 @@ async fn client_snippet_pauses_on_its_upstreams_429s() -> Result<(), BoxError> {
         .build()?;
     let mut client = ServiceBuilder::new()
         .layer(FeedbackLayer::new(rate.clone())) // a 429's Retry-After pauses every clone
-        .layer(RateLimitLayer::new(rate))
+        .layer(LimitLayer::new(rate))
         .service(Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>());
     // README:end
 

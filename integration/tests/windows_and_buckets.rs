@@ -19,8 +19,8 @@ use tokio::time::{Instant, advance};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BucketFull, CostTooHigh, LimiterError};
 use tower_limits::{
-    Admission, Denial, FixedWindowLimiter, LeakyBucketLimitLayer, LeakyBucketLimiter, Limiter,
-    LimiterExt, Permit, SlidingWindowCounterLimiter,
+    Admission, Denial, FixedWindowLimiter, LeakyBucketLimiter, LimitLayer, Limiter, LimiterExt,
+    Permit, SlidingWindowCounterLimiter,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -253,7 +253,7 @@ async fn leaky_bucket_layer_starts_callers_in_arrival_order_one_interval_apart()
     let origin = Instant::now();
     let recorded = Arc::clone(&starts);
     let service = ServiceBuilder::new()
-        .layer(LeakyBucketLimitLayer::new(bucket))
+        .layer(LimitLayer::new(bucket))
         .service(service_fn(move |id: usize| {
             recorded.lock().unwrap().push((id, Instant::now() - origin));
             async move { Ok::<_, Infallible>(id) }

@@ -486,11 +486,11 @@ impl Overloaded {
     /// use std::convert::Infallible;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Overloaded;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(1);
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(1);
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     /// let mut waiter = service.clone();
     /// let mut late = service.clone();
@@ -577,12 +577,12 @@ impl Elapsed {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Elapsed;
-    /// use tower_limits::{DelayLimitLayer, DelayLimiter};
+    /// use tower_limits::{LimitLayer, DelayLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let limiter = DelayLimiter::new(Duration::from_secs(10))?;
-    /// let layer = DelayLimitLayer::new(limiter).max_wait(Duration::from_secs(1));
+    /// let layer = LimitLayer::new(limiter).max_wait(Duration::from_secs(1));
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     ///
     /// let start = Instant::now();
@@ -664,14 +664,14 @@ impl Rejected {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Rejected;
-    /// use tower_limits::{RateLimitLayer, RateLimiter};
+    /// use tower_limits::{LimitLayer, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
     ///     .without_backoff()
     ///     .build()?;
-    /// let layer = RateLimitLayer::new(limiter).reject();
+    /// let layer = LimitLayer::new(limiter).reject();
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     ///
     /// service.ready().await?.call(1).await?;

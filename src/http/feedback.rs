@@ -65,7 +65,7 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 /// use http::{Request, Response, StatusCode};
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 /// use tower_limits::http::FeedbackLayer;
-/// use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+/// use tower_limits::{Limiter, LimitLayer, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -81,7 +81,7 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 /// });
 /// let mut client = ServiceBuilder::new()
 ///     .layer(FeedbackLayer::new(limiter.clone()))
-///     .layer(RateLimitLayer::new(limiter.clone()))
+///     .layer(LimitLayer::new(limiter.clone()))
 ///     .service(upstream);
 ///
 /// let start = tokio::time::Instant::now();

@@ -31,12 +31,12 @@ use crate::limiter::{Limiter, Permit};
 /// use http_body_util::{BodyExt, Full};
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 /// use tower_limits::http::HttpLimitLayer;
-/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+/// use tower_limits::{LimitLayer, ConcurrencyLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
 /// let limiter = ConcurrencyLimiter::new(1)?;
-/// let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()));
+/// let layer = HttpLimitLayer::new(LimitLayer::new(limiter.clone()));
 /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(&b"streamed"[..])))
 /// }));
@@ -59,11 +59,11 @@ impl<L> HttpLimitLayer<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::HttpLimitLayer;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let layer = HttpLimitLayer::new(
-    ///     ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(8)?).max_wait(Duration::from_secs(5)),
+    ///     LimitLayer::new(ConcurrencyLimiter::new(8)?).max_wait(Duration::from_secs(5)),
     /// );
     /// assert_eq!(layer.limiter().max_concurrent(), 8);
     /// # Ok(())
@@ -77,10 +77,10 @@ impl<L> HttpLimitLayer<L> {
     ///
     /// ```
     /// use tower_limits::http::HttpLimitLayer;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let layer = HttpLimitLayer::new(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(2)?));
+    /// let layer = HttpLimitLayer::new(LimitLayer::new(ConcurrencyLimiter::new(2)?));
     /// assert_eq!(layer.limiter().running(), 0);
     /// # Ok(())
     /// # }
@@ -125,9 +125,9 @@ impl<S, L: Limiter> HttpLimit<S, L> {
     /// ```
     /// use tower::Layer;
     /// use tower_limits::http::HttpLimitLayer;
-    /// use tower_limits::{NullLimitLayer, NullLimiter};
+    /// use tower_limits::{LimitLayer, NullLimiter};
     ///
-    /// let service = HttpLimitLayer::new(NullLimitLayer::new(NullLimiter)).layer("upstream");
+    /// let service = HttpLimitLayer::new(LimitLayer::new(NullLimiter)).layer("upstream");
     /// assert_eq!(*service.get_ref(), "upstream");
     /// ```
     pub fn get_ref(&self) -> &S {
@@ -183,12 +183,12 @@ pin_project! {
     /// use http::{Request, Response};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::http::HttpLimitLayer;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let limiter = ConcurrencyLimiter::new(1)?;
-    /// let mut service = HttpLimitLayer::new(ConcurrencyLimitLayer::new(limiter.clone()))
+    /// let mut service = HttpLimitLayer::new(LimitLayer::new(limiter.clone()))
     ///     .layer(service_fn(|_: Request<()>| pending::<Result<Response<String>, std::io::Error>>()));
     /// let response = service.ready().await?.call(Request::new(()));
     /// assert_eq!(limiter.running(), 1);

@@ -18,7 +18,7 @@
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_limits::error::BoxError;
 //! use tower_limits::http::{FeedbackLayer, HttpLimitLayer};
-//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+//! use tower_limits::{LimitLayer, ConcurrencyLimiter, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), BoxError> {
@@ -35,8 +35,8 @@
 //! });
 //! let client = ServiceBuilder::new()
 //!     .layer(FeedbackLayer::new(rate.clone()))
-//!     .layer(HttpLimitLayer::new(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(8)?)))
-//!     .layer(RateLimitLayer::new(rate))
+//!     .layer(HttpLimitLayer::new(LimitLayer::new(ConcurrencyLimiter::new(8)?)))
+//!     .layer(LimitLayer::new(rate))
 //!     .service(upstream);
 //!
 //! let start = tokio::time::Instant::now();

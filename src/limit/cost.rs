@@ -36,14 +36,14 @@ use crate::line::Queue;
 /// use std::time::Duration;
 /// use tokio::time::Instant;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_limits::{TokenBucketLimitLayer, TokenBucketLimiter};
+/// use tower_limits::{LimitLayer, TokenBucketLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
 /// // 10 downstream calls per second, 10 at once; a request is a batch of calls.
 /// let calls = TokenBucketLimiter::new(10, 10, Duration::from_secs(1))?;
 /// let mut client = ServiceBuilder::new()
-///     .layer(TokenBucketLimitLayer::new(calls).cost(|batch: &Vec<u32>| batch.len() as u32))
+///     .layer(LimitLayer::new(calls).cost(|batch: &Vec<u32>| batch.len() as u32))
 ///     .service(service_fn(|batch: Vec<u32>| async move { Ok::<_, Infallible>(batch.len()) }));
 ///
 /// let start = Instant::now();
@@ -83,7 +83,7 @@ impl<L, C, G> CostLimitLayer<L, C, G> {
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-    /// use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+    /// use tower_limits::{Limiter, LimitLayer, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -93,7 +93,7 @@ impl<L, C, G> CostLimitLayer<L, C, G> {
     /// let tokens = RateLimiter::builder("llm", 10_000, Duration::from_secs(60))
     ///     .without_backoff()
     ///     .build()?;
-    /// let layer = RateLimitLayer::new(tokens.clone())
+    /// let layer = LimitLayer::new(tokens.clone())
     ///     .cost(|prompt: &Prompt| prompt.max_tokens)
     ///     .settle(|reply: &Reply| Some(reply.tokens_used));
     /// let mut llm = ServiceBuilder::new()
@@ -120,10 +120,10 @@ impl<L, C, G> CostLimitLayer<L, C, G> {
     /// The limiter the layer applies.
     ///
     /// ```
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?).cost(|_: &()| 2);
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?).cost(|_: &()| 2);
     /// assert_eq!(layer.limiter().max_concurrent(), 4);
     /// # Ok(())
     /// # }
@@ -170,12 +170,12 @@ impl<S, L: Clone, C, G> Layer<S> for CostLimitLayer<L, C, G> {
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 /// use tower_limits::limit::CostLimit;
-/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+/// use tower_limits::{LimitLayer, ConcurrencyLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
 /// // Eight worker slots; a job takes as many as it has threads.
-/// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(8)?).cost(|threads: &u32| *threads);
+/// let layer = LimitLayer::new(ConcurrencyLimiter::new(8)?).cost(|threads: &u32| *threads);
 /// let mut service = layer.layer(service_fn(|threads: u32| async move { Ok::<_, Infallible>(threads) }));
 /// assert_eq!(service.ready().await?.call(3).await?, 3);
 /// # Ok(())

@@ -6,12 +6,12 @@
 //! ```
 //! use std::io;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+//! use tower_limits::{LimitLayer, ConcurrencyLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower_limits::error::BoxError> {
 //! let mut service = ServiceBuilder::new()
-//!     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?))
+//!     .layer(LimitLayer::new(ConcurrencyLimiter::new(1)?))
 //!     .service(service_fn(|()| async { Err::<(), _>(io::Error::other("upstream down")) }));
 //!
 //! let Err(error) = service.ready().await?.call(()).await else {
@@ -43,12 +43,12 @@ pin_project! {
     /// use std::convert::Infallible;
     /// use std::future::pending;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let limiter = ConcurrencyLimiter::new(1)?;
-    /// let mut service = ConcurrencyLimitLayer::new(limiter.clone())
+    /// let mut service = LimitLayer::new(limiter.clone())
     ///     .layer(service_fn(|()| pending::<Result<(), Infallible>>()));
     ///
     /// let response = service.ready().await?.call(()); // a call that never ends

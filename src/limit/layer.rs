@@ -19,12 +19,12 @@ use crate::line::Queue;
 /// ```
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+/// use tower_limits::{LimitLayer, ConcurrencyLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
 /// let mut service = ServiceBuilder::new()
-///     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(10)?).max_waiting(100))
+///     .layer(LimitLayer::new(ConcurrencyLimiter::new(10)?).max_waiting(100))
 ///     .service(service_fn(|n: u32| async move { Ok::<_, Infallible>(n + 1) }));
 /// assert_eq!(service.ready().await?.call(1).await?, 2);
 /// # Ok(())
@@ -299,12 +299,12 @@ impl<L> LimitLayer<L> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{GcraLimitLayer, GcraLimiter};
+    /// use tower_limits::{LimitLayer, GcraLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// // 100 emails a minute; a request is a list of recipients.
     /// let emails = GcraLimiter::new(100, Duration::from_secs(60))?.with_burst(100)?;
-    /// let layer = GcraLimitLayer::new(emails)
+    /// let layer = LimitLayer::new(emails)
     ///     .max_wait(Duration::from_secs(30))
     ///     .cost(|recipients: &Vec<String>| recipients.len().try_into().unwrap_or(u32::MAX));
     /// assert_eq!(layer.limiter().burst(), 100);
@@ -323,14 +323,14 @@ impl<L: Limiter> LimitLayer<L> {
     /// running; a few atomic reads.
     ///
     /// ```
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, LimitLayer, NullLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter, NullLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// assert_eq!(LimitLayer::new(NullLimiter).stats(), None);
     /// let stats = LimitLayer::new(NullLimiter).name("x").stats().unwrap();
     /// assert_eq!((stats.decisions(), stats.in_flight), (0, None));
     ///
-    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?).name("db");
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?).name("db");
     /// assert_eq!(layer.stats().unwrap().in_flight, Some(0));
     /// # Ok(())
     /// # }

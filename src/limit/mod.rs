@@ -1,14 +1,13 @@
 //! Tower middleware that applies a [`Limiter`](crate::Limiter) to a service.
 //!
-//! [`LimitLayer`] works with any limiter; the named aliases
-//! ([`ConcurrencyLimitLayer`], [`RateLimitLayer`], ...) read better in a
-//! stack.
+//! [`LimitLayer`] works with any limiter: one layer type for every strategy,
+//! and for your own implementations of [`Limiter`](crate::Limiter).
 //!
 //! ```
 //! use std::convert::Infallible;
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter, RateLimitLayer, RateLimiter};
+//! use tower_limits::{LimitLayer, ConcurrencyLimiter, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -17,8 +16,8 @@
 //!     .build()?;
 //! let mut client = ServiceBuilder::new()
 //!     // Concurrency outside rate: see below.
-//!     .layer(ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(8)?))
-//!     .layer(RateLimitLayer::new(rate))
+//!     .layer(LimitLayer::new(ConcurrencyLimiter::new(8)?))
+//!     .layer(LimitLayer::new(rate))
 //!     .service(service_fn(|request: &'static str| async move {
 //!         Ok::<_, Infallible>(request.len())
 //!     }));
@@ -56,7 +55,7 @@
 //! # Limiters that answer after a round trip
 //!
 //! A limiter that keeps its state in a store ([`SharedLimiter`](crate::SharedLimiter),
-//! a [`RateLimiter`] with a Redis store, a [`Failover`](crate::Failover)...)
+//! a [`RateLimiter`](crate::RateLimiter) with a Redis store, a [`Failover`](crate::Failover)...)
 //! answers after a round trip. The layers never hold their line across one,
 //! so a layered store-backed limiter serves many callers per round trip:
 //!
@@ -204,13 +203,6 @@ pub use observe::{Decision, LayerStats, Outcome};
 pub use per_request::{AdmitRequest, PerRequest};
 pub use service::Limit;
 
-use crate::limiters::{
-    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    FixedWindowLimiter, GcraLimiter, LeakyBucketLimiter, NullLimiter, RateLimiter,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
-};
-use crate::store::MemoryStore;
-
 /// How a layer's services wait, and who watches.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Options {
@@ -270,143 +262,3 @@ impl Options {
         })
     }
 }
-
-/// A layer applying a [`ConcurrencyLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type ConcurrencyLimitLayer = LimitLayer<ConcurrencyLimiter>;
-/// A service limited by a [`ConcurrencyLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type ConcurrencyLimit<S> = Limit<S, ConcurrencyLimiter>;
-
-/// A layer applying a sliding-window [`RateLimiter`].
-///
-/// The aliases name [`LimitLayer`] with one limiter; every layer alias of
-/// this module works the same way.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_limits::error::ConfigError;
-/// use tower_limits::{RateLimitLayer, RateLimiter};
-///
-/// fn per_second(name: &str, max: u32) -> Result<RateLimitLayer, ConfigError> {
-///     let limiter = RateLimiter::builder(name, max, Duration::from_secs(1)).build()?;
-///     Ok(RateLimitLayer::new(limiter))
-/// }
-///
-/// # fn main() -> Result<(), ConfigError> {
-/// let layer = per_second("search", 5)?;
-/// assert_eq!(layer.limiter().name(), "search");
-/// assert_eq!(layer.limiter().policy().max_executions(), 5);
-/// # Ok(())
-/// # }
-/// ```
-pub type RateLimitLayer<Store = MemoryStore> = LimitLayer<RateLimiter<Store>>;
-/// A service limited by a sliding-window [`RateLimiter`].
-///
-/// The aliases name [`Limit`] with one limiter, for signatures and fields;
-/// every service alias of this module works the same way.
-///
-/// ```
-/// use std::convert::Infallible;
-/// use std::time::Duration;
-/// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::{RateLimit, RateLimitLayer, RateLimiter};
-///
-/// fn limited<S>(inner: S, limiter: RateLimiter) -> RateLimit<S> {
-///     RateLimitLayer::new(limiter).layer(inner)
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
-/// let mut service = limited(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }), limiter);
-/// assert_eq!(service.ready().await?.call(7).await?, 7);
-/// assert_eq!(service.limiter().name(), "api");
-/// # Ok(())
-/// # }
-/// ```
-pub type RateLimit<S, Store = MemoryStore> = Limit<S, RateLimiter<Store>>;
-
-/// A layer applying a [`DelayLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type DelayLimitLayer = LimitLayer<DelayLimiter>;
-/// A service limited by a [`DelayLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type DelayLimit<S> = Limit<S, DelayLimiter>;
-
-/// A layer applying an [`EvenlySpacedRateLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type EvenlySpacedRateLimitLayer = LimitLayer<EvenlySpacedRateLimiter>;
-/// A service limited by an [`EvenlySpacedRateLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type EvenlySpacedRateLimit<S> = Limit<S, EvenlySpacedRateLimiter>;
-
-/// A layer applying a [`GcraLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type GcraLimitLayer = LimitLayer<GcraLimiter>;
-/// A service limited by a [`GcraLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type GcraLimit<S> = Limit<S, GcraLimiter>;
-
-/// A layer applying a [`TokenBucketLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type TokenBucketLimitLayer = LimitLayer<TokenBucketLimiter>;
-/// A service limited by a [`TokenBucketLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type TokenBucketLimit<S> = Limit<S, TokenBucketLimiter>;
-
-/// A layer applying a [`LeakyBucketLimiter`]: its queue keeps callers in
-/// arrival order, so only its head asks the bucket.
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type LeakyBucketLimitLayer = LimitLayer<LeakyBucketLimiter>;
-/// A service limited by a [`LeakyBucketLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type LeakyBucketLimit<S> = Limit<S, LeakyBucketLimiter>;
-
-/// A layer applying a [`FixedWindowLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type FixedWindowLimitLayer = LimitLayer<FixedWindowLimiter>;
-/// A service limited by a [`FixedWindowLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type FixedWindowLimit<S> = Limit<S, FixedWindowLimiter>;
-
-/// A layer applying a [`SlidingWindowCounterLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type SlidingWindowCounterLimitLayer = LimitLayer<SlidingWindowCounterLimiter>;
-/// A service limited by a [`SlidingWindowCounterLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type SlidingWindowCounterLimit<S> = Limit<S, SlidingWindowCounterLimiter>;
-
-/// A layer applying a [`CompositeLimiter`].
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type CompositeLimitLayer = LimitLayer<CompositeLimiter>;
-/// A service limited by a [`CompositeLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type CompositeLimit<S> = Limit<S, CompositeLimiter>;
-
-/// A layer applying the [`NullLimiter`] (no limit; a placeholder in stacks).
-///
-/// Used like [`RateLimitLayer`], which has an example.
-pub type NullLimitLayer = LimitLayer<NullLimiter>;
-/// A service under the [`NullLimiter`].
-///
-/// Used like [`RateLimit`], which has an example.
-pub type NullLimit<S> = Limit<S, NullLimiter>;

@@ -40,11 +40,11 @@ use crate::line::Queue;
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 /// use tower_limits::error::Rejected;
-/// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+/// use tower_limits::{LimitLayer, ConcurrencyLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(1)?).reject();
+/// let layer = LimitLayer::new(ConcurrencyLimiter::new(1)?).reject();
 /// let mut first = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
 /// let mut second = first.clone();
 ///
@@ -91,14 +91,14 @@ impl<S, L: Limiter> Limit<S, L> {
     ///
     /// ```
     /// use tower::Layer;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// struct Client {
     ///     base_url: &'static str,
     /// }
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?);
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?);
     /// let service = layer.layer(Client { base_url: "https://api.example.com" });
     /// assert_eq!(service.get_ref().base_url, "https://api.example.com");
     /// # Ok(())
@@ -112,14 +112,14 @@ impl<S, L: Limiter> Limit<S, L> {
     ///
     /// ```
     /// use tower::Layer;
-    /// use tower_limits::{ConcurrencyLimitLayer, ConcurrencyLimiter};
+    /// use tower_limits::{LimitLayer, ConcurrencyLimiter};
     ///
     /// struct Client {
     ///     base_url: &'static str,
     /// }
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimiter::new(4)?);
+    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(4)?);
     /// let mut service = layer.layer(Client { base_url: "https://api.example.com" });
     /// service.get_mut().base_url = "https://eu.api.example.com";
     /// assert_eq!(service.get_ref().base_url, "https://eu.api.example.com");
@@ -136,12 +136,12 @@ impl<S, L: Limiter> Limit<S, L> {
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{Limiter, RateLimitLayer, RateLimiter};
+    /// use tower_limits::{Limiter, LimitLayer, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(1)).build()?;
-    /// let mut service = RateLimitLayer::new(limiter)
+    /// let mut service = LimitLayer::new(limiter)
     ///     .layer(service_fn(|status: u16| async move { Ok::<_, Infallible>(status) }));
     ///
     /// if service.ready().await?.call(429).await? == 429 {

@@ -11,18 +11,10 @@ use std::time::Duration;
 /// (`Retry-After: 99999999999`) cannot park the client, or a fleet of job
 /// workers, for years:
 ///
-#[cfg_attr(
-    feature = "http",
-    doc = "* the pause [`FeedbackLayer`](crate::http::FeedbackLayer) puts on its limiters \
-           ([`FeedbackLayer::max_wait`](crate::http::FeedbackLayer::max_wait));
-* the sleep of [`RetryPolicy`](crate::http::RetryPolicy) before a retry, which gives up \
-  past it ([`RetryPolicy::max_wait`](crate::http::RetryPolicy::max_wait));"
-)]
-#[cfg_attr(
-    not(feature = "http"),
-    doc = "* the pause `http::FeedbackLayer` puts on its limiters (feature `http`);
-* the sleep of `http::RetryPolicy` before a retry, which gives up past it;"
-)]
+/// * the pause `http::FeedbackLayer` puts on its limiters
+///   (`FeedbackLayer::max_wait`, feature `http`);
+/// * the sleep of `http::RetryPolicy` before a retry, which gives up past
+///   it (`RetryPolicy::max_wait`);
 /// * the pause [`job::reschedule`](crate::job::reschedule) puts on a job
 ///   worker's limiter, and the instant it returns for the job
 ///   ([`Rescheduler::max_wait`](crate::job::Rescheduler::max_wait)).
