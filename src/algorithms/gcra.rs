@@ -1,5 +1,6 @@
 //! The Generic Cell Rate Algorithm behind [`GcraLimiter`](crate::GcraLimiter),
-//! [`TokenBucketLimiter`](crate::TokenBucketLimiter) and the stores' cells.
+//! [`TokenBucketLimiter`](crate::TokenBucketLimiter) (the stores run it on a
+//! line of slots: [`slots`](super::slots)).
 //!
 //! A token bucket of capacity `B` refilled one token every `T` and GCRA with
 //! emission interval `T` and burst `B` admit exactly the same calls; they
@@ -212,7 +213,8 @@ pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
 /// Each grant still moves the TAT by at least `n·T`, and leaves it no
 /// earlier than `now − τ + n·T` and no later than `now + B·T`, so the
 /// grants of any closed interval of length `t` cost at most
-/// `B + ⌊(t + τ) / T⌋`. The stores decide by [`judge`] alone.
+/// `B + ⌊(t + τ) / T⌋`. The stores decide strictly, with no tolerance
+/// ([`slots`](super::slots)).
 #[inline]
 pub(crate) fn judge_late(
     config: CellConfig,
