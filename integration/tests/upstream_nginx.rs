@@ -206,7 +206,9 @@ fn adaptive(start: u32) -> AdaptiveRateLimiter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finds_an_unknown_limit() {
     let _alone = SERIAL.lock().await;
-    let nginx = Nginx::start(LEAKY);
+    let Some(nginx) = Nginx::start(LEAKY) else {
+        return;
+    };
     let limiter = adaptive(100);
     let start = unix_now();
     let rates = run_for(&nginx, &limiter, 30).await;
@@ -224,7 +226,9 @@ async fn finds_an_unknown_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_limit_that_changes() {
     let _alone = SERIAL.lock().await;
-    let nginx = Nginx::start(LEAKY);
+    let Some(nginx) = Nginx::start(LEAKY) else {
+        return;
+    };
     let limiter = adaptive(20);
     let driver = Driver::start(&nginx, &limiter);
     let mut phases = Vec::new();
@@ -269,12 +273,14 @@ async fn follows_a_limit_that_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slows_down_on_retry_after_zero() {
     let _alone = SERIAL.lock().await;
-    let nginx = Nginx::start(Limit {
+    let Some(nginx) = Nginx::start(Limit {
         rate: 20,
         burst: 5,
         nodelay: true,
         retry_after: 0,
-    });
+    }) else {
+        return;
+    };
     let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100).unwrap())
         .burst(2)
         .build()
@@ -315,12 +321,14 @@ async fn a_paced_client_saturates_20_a_second_without_refusals() {
 /// 99% of the limit over 10 s, and nothing refused.
 async fn saturates_a_known_limit(rate: u32, burst: u32) {
     let _alone = SERIAL.lock().await;
-    let nginx = Nginx::start(Limit {
+    let Some(nginx) = Nginx::start(Limit {
         rate,
         burst: 2,
         nodelay: true,
         retry_after: 1,
-    });
+    }) else {
+        return;
+    };
     let gcra = GcraLimiter::new(rate, Duration::from_secs(1))
         .unwrap()
         .with_burst(burst)
@@ -399,7 +407,9 @@ fn four_processes_share_one_adaptive_limit() {
         return;
     }
     let _alone = SERIAL.blocking_lock();
-    let nginx = Nginx::start(LEAKY);
+    let Some(nginx) = Nginx::start(LEAKY) else {
+        return;
+    };
     let job = format!("{} {}:", nginx.url(), common::conformance::unique("fleet"));
     let start = unix_now();
     let workers: Vec<_> = (0..PROCESSES)
