@@ -41,7 +41,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_limits::{Clock, DelayLimiter, Limiter};
+//! use tower_limits::clock::Clock;
+//! use tower_limits::{DelayLimiter, Limiter};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Built before the runtime pauses time: name tokio's clock so the test
@@ -132,7 +133,8 @@ mod counter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{Clock, DelayLimiter, Limiter};
+/// use tower_limits::clock::Clock;
+/// use tower_limits::{DelayLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -165,7 +167,7 @@ impl Default for Clock {
     /// [`Clock::fast`] everywhere else; see the [module docs](self).
     ///
     /// ```
-    /// use tower_limits::Clock;
+    /// use tower_limits::clock::Clock;
     ///
     /// // Outside a paused runtime: the fast clock, which real time moves.
     /// let clock = Clock::default();
@@ -204,7 +206,7 @@ impl Clock {
     /// A clock that reads tokio's time, so paused-time tests control it.
     ///
     /// ```
-    /// use tower_limits::Clock;
+    /// use tower_limits::clock::Clock;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -228,7 +230,7 @@ impl Clock {
     /// clock makes for it.
     ///
     /// ```
-    /// use tower_limits::Clock;
+    /// use tower_limits::clock::Clock;
     ///
     /// let clock = Clock::fast();
     /// let a = clock.now();
@@ -248,7 +250,7 @@ impl Clock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::Clock;
+    /// use tower_limits::clock::Clock;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

@@ -27,9 +27,26 @@
 //! | [`LeasedConcurrencyLimiter`] | fewer than `max` leases are held across processes; leases expire unless renewed |
 //! | [`Failover`] | its store-backed limiter admits it, or, while the store is down, its [`OutagePolicy`] does |
 //!
-//! [`KeyedLimitLayer`] takes the key (and a cost) from each request;
-//! [`FairLimitLayer`] shares one limiter among keys, serving waiting callers
+//! [`KeyedLimitLayer`](limit::KeyedLimitLayer) takes the key (and a cost) from each request;
+//! [`FairLimitLayer`](limit::FairLimitLayer) shares one limiter among keys, serving waiting callers
 //! round-robin so that one tenant's backlog cannot starve the others.
+//!
+//! # Where the names live
+//!
+//! The crate root holds what most users name: the [`Limiter`] trait with
+//! [`LimiterExt`] and [`Permit`], the limiters above, [`LimitLayer`] and its
+//! service [`Limit`], [`Rate`] and [`QuotaStatus`]. The rest is one module
+//! deep:
+//!
+//! | Module | Holds |
+//! |---|---|
+//! | [`limit`] | the layers: [`LimitLayer`], and the keyed, fair and cost-weighted ones |
+//! | [`limiter`] | what implementing or driving a [`Limiter`] names: [`Admission`](limiter::Admission), [`Denial`](limiter::Denial), [`LimiterFuture`](limiter::LimiterFuture), release events, stats |
+//! | [`limiters`] | every limiter with its builder and companions (the pacer of an adaptive limiter, the inline state of a keyed one) |
+//! | [`store`] | quotas kept in memory, Redis, PostgreSQL or SQLite, shared across processes |
+//! | `http` | upstream feedback, retries, `429` answers (feature `http`) |
+//! | [`job`] | rescheduling the jobs of a queue worker |
+//! | [`rate`], [`clock`], [`error`] | rates as strings, the clocks limiters read, the errors |
 //!
 //! With the `http` cargo feature, the `http` module obeys upstream `429`s and
 //! `Retry-After` / `RateLimit` headers on the client, answers `429` with
@@ -38,7 +55,7 @@
 //! The [`job`] module is for job-queue workers: when a job fails with a
 //! [`RetryableJobError`](job::RetryableJobError), [`job::reschedule`] says
 //! when to run it again and pushes the shared limiter back, by at most
-//! [`DEFAULT_MAX_UPSTREAM_WAIT`] (5 minutes), as every path from an
+//! [`DEFAULT_MAX_UPSTREAM_WAIT`](limiter::DEFAULT_MAX_UPSTREAM_WAIT) (5 minutes), as every path from an
 //! upstream's wait to a pause.
 //!
 //! Limits can be written as strings: a [`Rate`] parses `10/s`, `100/m` or
@@ -59,8 +76,8 @@
 //!   [`AdaptiveConcurrencyLimiter`] if the right N depends on how the
 //!   upstream copes; put concurrency *outside* rate in a stack.
 //! - **Per tenant, per API key, per route**: a [`KeyedLimiter`] through
-//!   [`KeyedLimitLayer`]; one shared limit split fairly among tenants:
-//!   [`FairLimitLayer`]; a server answering `429` per client:
+//!   [`KeyedLimitLayer`](limit::KeyedLimitLayer); one shared limit split fairly among tenants:
+//!   [`FairLimitLayer`](limit::FairLimitLayer); a server answering `429` per client:
 //!   `http::TooManyRequestsLayer`.
 //! - **A fleet of processes behind one limit**: [`SharedLimiter`] (a store
 //!   decides every call), [`BatchedLimiter`] (batches, for high rates),
@@ -80,7 +97,7 @@
 //! | `http` | the `http` module: upstream feedback, retries, `429` answers, permits held by bodies |
 //! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
 //! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
-//! | `fast-clock` (default) | [`Clock::fast`], the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
+//! | `fast-clock` (default) | [`Clock::fast`](clock::Clock::fast), the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
 //! | `metrics` | counters, a histogram and a gauge of observed layers, and gauges of named keyed and adaptive limiters, through the `metrics` facade |
 //! | `redis` | `store::RedisStore` |
 //! | `redis-cluster` | `redis`, and Redis Cluster for `store::RedisStore` |
@@ -127,7 +144,7 @@
 //! * **Cancellation is safe.** A [`Permit`] records completion when dropped,
 //!   so a call whose future is dropped releases what it held; a reservation
 //!   never used is refunded, on every store.
-//! * **Fast clock, testable time.** Limiters read [`Clock::fast`] (the CPU's
+//! * **Fast clock, testable time.** Limiters read [`Clock::fast`](clock::Clock::fast) (the CPU's
 //!   time-stamp counter, with the default `fast-clock` feature) unless they
 //!   are built under paused tokio time: then they read tokio's clock, so
 //!   `tokio::time::pause` drives them. One built before time is paused
@@ -145,33 +162,21 @@ pub mod error;
 pub mod http;
 pub mod job;
 pub mod limit;
-mod limiter;
-mod limiters;
+pub mod limiter;
+pub mod limiters;
 mod line;
 mod quota_status;
 pub mod rate;
 mod start_log;
 pub mod store;
 
-pub use clock::Clock;
-pub use limit::{
-    CostLimit, CostLimitLayer, FairLimit, FairLimitLayer, KeyedLimit, KeyedLimitLayer, Limit,
-    LimitLayer,
-};
-pub use limiter::{
-    Admission, DEFAULT_MAX_UPSTREAM_WAIT, Denial, Limiter, LimiterExt, LimiterFuture, LimiterStats,
-    Permit, Release, ReleaseEvent, ReleaseListener,
-};
+pub use limit::{Limit, LimitLayer};
+pub use limiter::{Limiter, LimiterExt, Permit};
 pub use limiters::{
-    AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder, AdaptiveRateLimiter,
-    AdaptiveRateLimiterBuilder, CompositeLimiter, ConcurrencyLimiter, DelayLimiter,
-    EvenlySpacedRateLimiter, FixedWindowLimiter, FreshLimiter, GcraLimiter, GcraState, InlineState,
-    KeyedLimiter, KeyedLimiterBuilder, LeakyBucketLimiter, NullLimiter, Pacer, RateLimiter,
-    RateLimiterBuilder, SharedPacer, SlidingWindowCounterLimiter, TokenBucketLimiter,
-};
-pub use limiters::{
-    BatchedLimiter, BatchedLimiterBuilder, Failover, LeasedConcurrencyLimiter, OutagePolicy,
-    SharedLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
+    GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter,
+    OutagePolicy, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use quota_status::QuotaStatus;
-pub use rate::{ParseRateError, Rate};
+pub use rate::Rate;

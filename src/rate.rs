@@ -19,7 +19,7 @@
 //!     error.to_string(),
 //!     r#"invalid rate "10/x": unknown unit "x" (expected ns, us, ms, s, m, h or d)"#
 //! );
-//! # Ok::<(), tower_limits::ParseRateError>(())
+//! # Ok::<(), tower_limits::rate::ParseRateError>(())
 //! ```
 //!
 //! # Grammar
@@ -209,7 +209,7 @@ impl Rate {
     /// use tower_limits::Rate;
     ///
     /// assert_eq!("100/m".parse::<Rate>()?.count(), 100);
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     pub fn count(&self) -> u32 {
         self.count
@@ -223,7 +223,7 @@ impl Rate {
     /// use tower_limits::Rate;
     ///
     /// assert_eq!("1/1.5s".parse::<Rate>()?.per(), Duration::from_millis(1500));
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     pub fn per(&self) -> Duration {
         self.per
@@ -244,7 +244,7 @@ impl Rate {
     /// assert_eq!("10/s".parse::<Rate>()?.interval(), Duration::from_millis(100));
     /// assert_eq!("3/s".parse::<Rate>()?.interval(), Duration::from_nanos(333_333_334));
     /// assert_eq!("5/ns".parse::<Rate>()?.interval(), Duration::from_nanos(1));
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     pub fn interval(&self) -> Duration {
         let nanos = self.per.as_nanos().div_ceil(u128::from(self.count));
@@ -260,7 +260,7 @@ impl Rate {
     ///
     /// assert_eq!("100/m".parse::<Rate>()?.as_per_second_f64(), 100.0 / 60.0);
     /// assert_eq!("2/500ms".parse::<Rate>()?.as_per_second_f64(), 4.0);
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     pub fn as_per_second_f64(&self) -> f64 {
         self.count as f64 / self.per.as_secs_f64()
@@ -324,7 +324,7 @@ impl fmt::Display for Rate {
     /// assert_eq!("1/90s".parse::<Rate>()?.to_string(), "1/1.5m");
     /// assert_eq!("1/0.1s".parse::<Rate>()?.to_string(), "1/100ms");
     /// assert_eq!("10/ 1 Second ".parse::<Rate>()?.to_string(), "10/s");
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.count)?;
@@ -367,7 +367,7 @@ impl FromStr for Rate {
     /// let rate = Rate::from_str("1/1.5s")?;
     /// assert_eq!(rate.per(), Duration::from_millis(1500));
     /// assert!(Rate::from_str("1.5/s").is_err());
-    /// # Ok::<(), tower_limits::ParseRateError>(())
+    /// # Ok::<(), tower_limits::rate::ParseRateError>(())
     /// ```
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         parse(input).map_err(|reason| ParseRateError {

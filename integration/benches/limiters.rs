@@ -39,11 +39,12 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
+use tower_limits::clock::Clock;
+use tower_limits::limiter::Admission;
 use tower_limits::store::MemoryStore;
 use tower_limits::{
-    Admission, Clock, ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter, KeyedLimiter,
-    LeakyBucketLimiter, LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
+    ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter,
+    LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.

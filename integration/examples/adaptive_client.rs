@@ -29,7 +29,8 @@ use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::FeedbackLayer;
-use tower_limits::{AdaptiveRateLimiter, Admission, LeakyBucketLimiter, LimitLayer, Limiter, Rate};
+use tower_limits::limiter::Admission;
+use tower_limits::{AdaptiveRateLimiter, LeakyBucketLimiter, LimitLayer, Limiter, Rate};
 
 /// Callers sending requests as fast as the client lets them.
 const CALLERS: usize = 50;

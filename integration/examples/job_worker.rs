@@ -61,10 +61,9 @@ use tokio::net::TcpListener;
 use tower_limits::error::BoxError;
 use tower_limits::http::Advice;
 use tower_limits::job::{RetryableJobError, reschedule};
+use tower_limits::limit::FairLimitLayer;
 use tower_limits::store::{Quota, RedisStore};
-use tower_limits::{
-    ConcurrencyLimiter, FairLimitLayer, LeasedConcurrencyLimiter, LimitLayer, SharedLimiter,
-};
+use tower_limits::{ConcurrencyLimiter, LeasedConcurrencyLimiter, LimitLayer, SharedLimiter};
 
 /// Requests the upstream allows in any one-second window.
 pub const RATE: u32 = 20;

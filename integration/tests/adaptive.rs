@@ -80,7 +80,8 @@ mod feedback {
     use http::{Request, Response, StatusCode};
     use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
     use tower_limits::http::FeedbackLayer;
-    use tower_limits::{AdaptiveRateLimiter, LimitLayer, Pacer, Rate};
+    use tower_limits::limiters::Pacer;
+    use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate};
 
     use super::*;
 

@@ -21,9 +21,10 @@ use proptest::prelude::*;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tokio::time::Instant;
 use tower_limits::error::ConfigError;
+use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
-    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, Admission, BatchedLimiter, CompositeLimiter,
+    AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
     SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,

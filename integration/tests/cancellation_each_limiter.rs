@@ -19,7 +19,8 @@ use common::stress::{Recorder, limited};
 use tokio::time::{Instant, sleep, timeout};
 use tower::{Service, ServiceExt};
 use tower_limits::error::BoxError;
-use tower_limits::{Admission, Limiter, LimiterExt};
+use tower_limits::limiter::Admission;
+use tower_limits::{Limiter, LimiterExt};
 
 const CALLERS: usize = 18_000;
 const GIVE_UPS: usize = 10_000;

@@ -7,9 +7,10 @@ use std::time::Duration;
 use common::secs;
 use tokio::time::Instant;
 use tower_limits::error::CostTooHigh;
+use tower_limits::limiter::Admission;
 use tower_limits::{
-    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    Limiter, LimiterExt, NullLimiter, Permit, RateLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Limiter,
+    LimiterExt, NullLimiter, Permit, RateLimiter,
 };
 
 async fn grant(limiter: &impl Limiter, cost: u32) -> Permit {
@@ -292,7 +293,8 @@ async fn a_composite_settles_every_part() {
 async fn the_keyed_layer_settles_with_the_cost_the_response_reports() {
     use std::convert::Infallible;
     use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
-    use tower_limits::{KeyedLimitLayer, KeyedLimiter};
+    use tower_limits::KeyedLimiter;
+    use tower_limits::limit::KeyedLimitLayer;
 
     // 100 tokens a second per key; requests reserve 60, replies use 10.
     let tokens = KeyedLimiter::builder(|_: &u8| window(100, secs(1)))

@@ -10,8 +10,9 @@ use common::paused_runtime;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_limits::DelayLimiter;
 use tower_limits::error::{BoxError, Overloaded};
-use tower_limits::{DelayLimiter, FairLimitLayer};
+use tower_limits::limit::FairLimitLayer;
 
 type Request = (Tenant, usize);
 /// Tenants are named by a letter.

@@ -16,10 +16,9 @@ use tokio::time::{Instant, advance};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::{BoxError, ConfigError, CostTooHigh, LimiterError, Rejected};
-use tower_limits::{
-    Admission, Denial, GcraLimiter, GcraState, LimitLayer, Limiter, LimiterExt, Permit,
-    TokenBucketLimiter,
-};
+use tower_limits::limiter::{Admission, Denial};
+use tower_limits::limiters::GcraState;
+use tower_limits::{GcraLimiter, LimitLayer, Limiter, LimiterExt, Permit, TokenBucketLimiter};
 
 // ---------------------------------------------------------------- helpers
 
@@ -456,7 +455,7 @@ fn configuration_errors_name_the_field() {
 
 #[test]
 fn clones_share_state_and_debug_shows_the_configuration() {
-    let limiter = bucket(3, 1, secs(1)).with_clock(tower_limits::Clock::fast());
+    let limiter = bucket(3, 1, secs(1)).with_clock(tower_limits::clock::Clock::fast());
     drop(take(&limiter.clone(), 2).unwrap());
     assert_eq!(limiter.tokens(), 1);
     let debug = format!("{limiter:?}");

@@ -77,11 +77,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_limits::Clock;
+use tower_limits::clock::Clock;
 use tower_limits::error::CostTooHigh;
+use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota, SqliteStore};
 use tower_limits::{
-    Admission, FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SharedLimiter,
+    FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SharedLimiter,
     SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 

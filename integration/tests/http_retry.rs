@@ -14,7 +14,8 @@ use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, LimiterError};
 use tower_limits::http::{RetryLater, RetryPolicy};
 use tower_limits::job::{Rescheduler, RetryableJobError, reschedule};
-use tower_limits::{Admission, Limiter, LimiterFuture, Permit, RateLimiter};
+use tower_limits::limiter::{Admission, LimiterFuture};
+use tower_limits::{Limiter, Permit, RateLimiter};
 
 /// An upstream answering `statuses` in turn (the last one forever), with
 /// `retry-after` when given; counts its calls.

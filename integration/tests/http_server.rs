@@ -20,9 +20,10 @@ use tower_limits::error::LimiterError;
 use tower_limits::http::{
     ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, TooManyRequestsLayer, TrustedProxies,
 };
+use tower_limits::limiter::{Admission, Denial, LimiterFuture};
 use tower_limits::{
-    Admission, ConcurrencyLimiter, Denial, KeyedLimiter, LimitLayer, Limiter, LimiterFuture,
-    QuotaStatus, RateLimiter, TokenBucketLimiter,
+    ConcurrencyLimiter, KeyedLimiter, LimitLayer, Limiter, QuotaStatus, RateLimiter,
+    TokenBucketLimiter,
 };
 
 fn per_peer_rate(max: u32, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {

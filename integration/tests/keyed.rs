@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use tokio::time::{Instant, advance};
+use tower_limits::limiter::Admission;
 use tower_limits::{
-    Admission, ConcurrencyLimiter, DelayLimiter, KeyedLimiter, Limiter, LimiterExt, RateLimiter,
+    ConcurrencyLimiter, DelayLimiter, KeyedLimiter, Limiter, LimiterExt, RateLimiter,
 };
 
 fn per_key_rate(max: u32) -> KeyedLimiter<String, RateLimiter> {
@@ -205,7 +206,9 @@ async fn a_lone_worker_gets_its_shard_not_the_whole_rate() {
 /// do not share state with each other or with the template.
 #[tokio::test(start_paused = true)]
 async fn keys_of_a_template_each_get_a_fresh_limiter() {
-    use tower_limits::{Admission, FreshLimiter, GcraLimiter, KeyedLimiter, Limiter};
+    use tower_limits::limiter::Admission;
+    use tower_limits::limiters::FreshLimiter;
+    use tower_limits::{GcraLimiter, KeyedLimiter, Limiter};
     let template = GcraLimiter::new(1, std::time::Duration::from_secs(1)).unwrap();
     drop(template.try_acquire().await.unwrap()); // the template's own state is used up
     let keyed = KeyedLimiter::of(template.clone()).build().unwrap();

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
-use tower_limits::{
-    Admission, FreshLimiter, GcraLimiter, KeyedLimiter, Limiter, Permit, TokenBucketLimiter,
-};
+use tower_limits::limiter::Admission;
+use tower_limits::limiters::FreshLimiter;
+use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit, TokenBucketLimiter};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -171,7 +171,7 @@ proptest! {
             .unwrap()
             .with_burst(3)
             .unwrap()
-            .with_clock(tower_limits::Clock::tokio());
+            .with_clock(tower_limits::clock::Clock::tokio());
         replay(template, ops);
     }
 
@@ -180,7 +180,7 @@ proptest! {
     fn inline_token_bucket_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
         let template = TokenBucketLimiter::new(2, 1, Duration::from_millis(400))
             .unwrap()
-            .with_clock(tower_limits::Clock::tokio());
+            .with_clock(tower_limits::clock::Clock::tokio());
         replay(template, ops);
     }
 }
@@ -197,7 +197,7 @@ fn racing_threads_never_over_admit_a_key() {
         .unwrap()
         .with_burst(BURST)
         .unwrap()
-        .with_clock(tower_limits::Clock::fast());
+        .with_clock(tower_limits::clock::Clock::fast());
     let keyed = KeyedLimiter::of(template).max_keys(64).build().unwrap();
     let granted = Arc::new(AtomicU32::new(0));
     let threads: Vec<_> = (0..4)

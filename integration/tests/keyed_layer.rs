@@ -10,7 +10,8 @@ use common::ms;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, CostTooHigh, Elapsed, LimiterError, Overloaded, Rejected};
-use tower_limits::{KeyedLimitLayer, KeyedLimiter, Limiter, RateLimiter};
+use tower_limits::limit::KeyedLimitLayer;
+use tower_limits::{KeyedLimiter, Limiter, RateLimiter};
 
 /// A request: its tenant and how many units it costs.
 #[derive(Clone, Copy, Debug)]

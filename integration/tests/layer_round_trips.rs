@@ -17,10 +17,9 @@ use tokio::time::Instant;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, Elapsed, LimiterError, Overloaded};
-use tower_limits::{
-    Admission, ConcurrencyLimiter, FairLimitLayer, GcraLimiter, KeyedLimitLayer, KeyedLimiter,
-    LimitLayer, Limiter, LimiterFuture, Permit,
-};
+use tower_limits::limit::{FairLimitLayer, KeyedLimitLayer};
+use tower_limits::limiter::{Admission, LimiterFuture};
+use tower_limits::{ConcurrencyLimiter, GcraLimiter, KeyedLimiter, LimitLayer, Limiter, Permit};
 
 /// How long every decision takes.
 const ROUND_TRIP: Duration = Duration::from_millis(10);

@@ -9,10 +9,11 @@ use std::time::Duration;
 use common::ms;
 use tokio::time::{Instant, advance};
 use tower_limits::error::{ConfigError, LimiterError};
+use tower_limits::limiter::{Admission, Denial, LimiterFuture};
 use tower_limits::store::MemoryStore;
 use tower_limits::{
-    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, Denial, EvenlySpacedRateLimiter,
-    Limiter, LimiterExt, LimiterFuture, NullLimiter, Permit, RateLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Limiter,
+    LimiterExt, NullLimiter, Permit, RateLimiter,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -904,7 +905,10 @@ fn assert_config_error(result: Result<impl std::fmt::Debug, ConfigError>, field:
     assert!(message.contains(error.rule()), "{message}");
 }
 
-fn rate_builder(max: u32, window: Duration) -> tower_limits::RateLimiterBuilder<MemoryStore> {
+fn rate_builder(
+    max: u32,
+    window: Duration,
+) -> tower_limits::limiters::RateLimiterBuilder<MemoryStore> {
     RateLimiter::builder("config", max, window)
 }
 

@@ -21,8 +21,9 @@ use common::cases::{self, Case};
 use common::stress::{DEADLINE, Recorder, limited};
 use tokio::runtime::{Handle, Runtime};
 use tower::{Service, ServiceExt};
+use tower_limits::Limiter;
 use tower_limits::error::BoxError;
-use tower_limits::{Admission, Limiter};
+use tower_limits::limiter::Admission;
 
 /// How long each limiter is driven.
 const RUN: Duration = Duration::from_secs(3);

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use common::{ms, secs};
 use proptest::prelude::*;
+use tower_limits::Rate;
+use tower_limits::rate::ParseRateError;
 use tower_limits::rate::ParseRateErrorKind;
-use tower_limits::{ParseRateError, Rate};
 
 // ---------------------------------------------------------------- helpers
 

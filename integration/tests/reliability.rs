@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use tokio::time::{Instant, timeout};
 use tower_limits::error::{KeysFull, LimiterError};
+use tower_limits::limiter::{Admission, Denial, LimiterFuture};
 use tower_limits::store::{MAX_LEASES, MemoryStore, StoreError, StoreErrorKind};
 use tower_limits::{
-    Admission, ConcurrencyLimiter, Denial, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
-    GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt,
-    LimiterFuture, OutagePolicy, Permit, Rate, RateLimiter, TokenBucketLimiter,
+    ConcurrencyLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter, GcraLimiter,
+    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt, OutagePolicy,
+    Permit, Rate, RateLimiter, TokenBucketLimiter,
 };
 
 use common::{ms, secs};

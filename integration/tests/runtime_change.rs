@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use common::secs;
 use tokio::time::Instant;
-use tower_limits::{
-    Admission, ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt, Permit, RateLimiter,
-};
+use tower_limits::limiter::Admission;
+use tower_limits::{ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt, Permit, RateLimiter};
 
 async fn granted(limiter: &impl Limiter) -> Option<Permit> {
     match limiter

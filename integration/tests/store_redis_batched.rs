@@ -13,8 +13,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
+use tower_limits::limiter::Admission;
 use tower_limits::store::RedisStore;
-use tower_limits::{Admission, BatchedLimiter, Limiter, Rate};
+use tower_limits::{BatchedLimiter, Limiter, Rate};
 
 /// Set (to the key prefix) in a spawned worker's environment.
 const PREFIX_VAR: &str = "TOWER_LIMITS_BATCHED_PREFIX";

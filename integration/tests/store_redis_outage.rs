@@ -9,10 +9,9 @@ use std::time::Duration;
 use common::redis::{PrivateRedis, free_port, garbage_server};
 use tokio::time::Instant;
 use tower_limits::error::LimiterError;
+use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore, StoreError, StoreErrorKind};
-use tower_limits::{
-    Admission, Failover, GcraLimiter, Limiter, OutagePolicy, RateLimiter, SharedLimiter,
-};
+use tower_limits::{Failover, GcraLimiter, Limiter, OutagePolicy, RateLimiter, SharedLimiter};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 

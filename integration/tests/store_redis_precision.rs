@@ -47,8 +47,9 @@ use std::time::Duration;
 use common::tickets::{assert_saturated, fixed_window_counts, inner_fill, sliding_log_fill};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
+use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore};
-use tower_limits::{Admission, Limiter, RateLimiter, SharedLimiter};
+use tower_limits::{Limiter, RateLimiter, SharedLimiter};
 
 /// Concurrent callers, sharing one store (one multiplexed connection).
 const CALLERS: usize = 64;

@@ -18,9 +18,10 @@ use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BucketFull, CostTooHigh, LimiterError};
+use tower_limits::limiter::{Admission, Denial};
 use tower_limits::{
-    Admission, Denial, FixedWindowLimiter, LeakyBucketLimiter, LimitLayer, Limiter, LimiterExt,
-    Permit, SlidingWindowCounterLimiter,
+    FixedWindowLimiter, LeakyBucketLimiter, LimitLayer, Limiter, LimiterExt, Permit,
+    SlidingWindowCounterLimiter,
 };
 
 // ---------------------------------------------------------------- helpers

@@ -262,7 +262,8 @@ impl std::error::Error for CostTooHigh {}
 /// use std::time::Duration;
 /// use tokio::time::Instant;
 /// use tower_limits::error::BucketFull;
-/// use tower_limits::{Admission, LeakyBucketLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{LeakyBucketLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -375,12 +376,13 @@ impl std::error::Error for BucketFull {}
 ///
 /// It arrives inside a [`LimiterError`] from the keyed limiter's
 /// `try_acquire`, and from its `limiter`. Raise
-/// [`max_keys`](crate::KeyedLimiterBuilder::max_keys) above the number of
+/// [`max_keys`](crate::limiters::KeyedLimiterBuilder::max_keys) above the number of
 /// keys with calls in flight at once, or treat it as overload.
 ///
 /// ```
 /// use tower_limits::error::KeysFull;
-/// use tower_limits::{Admission, ConcurrencyLimiter, KeyedLimiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -21,7 +21,8 @@ pin_project! {
     /// ```
     /// use http_body_util::{BodyExt, Full};
     /// use tower_limits::http::LimitBody;
-    /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -43,7 +43,8 @@ type Weigh<K> = dyn Fn(&K) -> u32 + Send + Sync;
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_limits::{FairLimitLayer, RateLimiter};
+/// use tower_limits::limit::FairLimitLayer;
+/// use tower_limits::RateLimiter;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -82,7 +83,8 @@ impl<K, L, F> FairLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// ```
     /// use std::convert::Infallible;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::ConcurrencyLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -113,7 +115,8 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// Gives each key `weigh(&key)` turns per round (at least 1; default 1).
     ///
     /// ```
-    /// use tower_limits::{FairLimitLayer, NullLimiter};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::NullLimiter;
     ///
     /// // Paying tenants get three turns to a free tenant's one.
     /// let layer = FairLimitLayer::new(NullLimiter, |tenant: &String| tenant.clone())
@@ -136,7 +139,8 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::{CostTooHigh, LimiterError};
-    /// use tower_limits::{FairLimitLayer, GcraLimiter};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::GcraLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -181,7 +185,8 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// use std::time::Duration;
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{FairLimitLayer, GcraLimiter};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::GcraLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -214,7 +219,8 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     observing_methods!(
         "use std::convert::Infallible;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+use tower_limits::limit::FairLimitLayer;
+use tower_limits::ConcurrencyLimiter;
 
 # #[tokio::main(flavor = \"current_thread\")]
 # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -247,7 +253,8 @@ assert_eq!(shadow.stats().map(|stats| stats.granted), Some(1));
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Overloaded;
-    /// use tower_limits::{DelayLimiter, FairLimitLayer};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::DelayLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -288,7 +295,8 @@ assert_eq!(shadow.stats().map(|stats| stats.granted), Some(1));
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Elapsed;
-    /// use tower_limits::{DelayLimiter, FairLimitLayer};
+    /// use tower_limits::limit::FairLimitLayer;
+    /// use tower_limits::DelayLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -350,7 +358,8 @@ impl<S, K, L: Clone, F, C, G> Layer<S> for FairLimitLayer<K, L, F, C, G> {
 /// ```
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::{FairLimit, FairLimitLayer, NullLimiter};
+/// use tower_limits::limit::{FairLimit, FairLimitLayer};
+/// use tower_limits::NullLimiter;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {

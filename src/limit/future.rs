@@ -157,7 +157,8 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 /// use tower_limits::limit::future::PerRequestFuture;
-/// use tower_limits::{ConcurrencyLimiter, FairLimitLayer};
+/// use tower_limits::limit::FairLimitLayer;
+/// use tower_limits::ConcurrencyLimiter;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {

@@ -31,7 +31,8 @@ use crate::limiters::KeyedLimiter;
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+/// use tower_limits::limit::KeyedLimitLayer;
+/// use tower_limits::{KeyedLimiter, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -70,7 +71,8 @@ impl<K, L, F> KeyedLimitLayer<K, L, F, UnitCost, KeepEstimate> {
     /// ```
     /// use std::convert::Infallible;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -105,7 +107,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 10,000 tokens a minute per API key; a request says how many it needs.
@@ -137,7 +140,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{KeyedLimitLayer, KeyedLimiter, RateLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// struct Completion { api_key: String, max_tokens: u32 }
@@ -177,7 +181,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Overloaded;
-    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{DelayLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -219,7 +224,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Elapsed;
-    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{DelayLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -254,7 +260,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Rejected;
-    /// use tower_limits::{DelayLimiter, KeyedLimitLayer, KeyedLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{DelayLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -282,7 +289,8 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
     observing_methods!(
         "use std::convert::Infallible;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+use tower_limits::limit::KeyedLimitLayer;
+use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
 
 # #[tokio::main(flavor = \"current_thread\")]
 # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -305,7 +313,8 @@ assert!(KeyedLimitLayer::new(other, |t: &u32| *t).shadow().stats().is_some());
     /// use std::convert::Infallible;
     /// use std::future::pending;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{ConcurrencyLimiter, KeyedLimitLayer, KeyedLimiter};
+    /// use tower_limits::limit::KeyedLimitLayer;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
@@ -364,7 +373,8 @@ impl<K, L, F, C, G> fmt::Debug for KeyedLimitLayer<K, L, F, C, G> {
 /// ```
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::{KeyedLimit, KeyedLimitLayer, KeyedLimiter, NullLimiter};
+/// use tower_limits::limit::{KeyedLimit, KeyedLimitLayer};
+/// use tower_limits::{KeyedLimiter, NullLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {

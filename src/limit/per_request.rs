@@ -24,7 +24,8 @@ use crate::limiter::{Limiter, Permit};
 /// ```
 /// use tower_limits::error::BoxError;
 /// use tower_limits::limit::AdmitRequest;
-/// use tower_limits::{ConcurrencyLimiter, FairLimitLayer, KeyedLimitLayer, KeyedLimiter, Permit};
+/// use tower_limits::limit::{FairLimitLayer, KeyedLimitLayer};
+/// use tower_limits::{ConcurrencyLimiter, KeyedLimiter, Permit};
 ///
 /// // Works with either per-request layer.
 /// async fn admit<A: AdmitRequest<u32>>(layer: &A, request: u32) -> Result<Permit, BoxError> {
@@ -78,7 +79,8 @@ pub(super) mod sealed {
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 /// use tower_limits::limit::PerRequest;
-/// use tower_limits::{FairLimitLayer, NullLimiter};
+/// use tower_limits::limit::FairLimitLayer;
+/// use tower_limits::NullLimiter;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {

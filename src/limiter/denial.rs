@@ -13,7 +13,8 @@ use super::{Permit, ReleaseListener};
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::Instant;
-/// use tower_limits::{Admission, DelayLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{DelayLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,7 +48,8 @@ pub enum Admission {
 /// it ([`Denial::wait`](super::Denial::wait)) sleeps exactly that long: no polling interval.
 ///
 /// ```
-/// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{ConcurrencyLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -122,7 +124,7 @@ impl Denial {
     ///
     /// ```
     /// use tokio::time::Instant;
-    /// use tower_limits::Denial;
+    /// use tower_limits::limiter::Denial;
     ///
     /// let at = Instant::now();
     /// assert_eq!(Denial::until(at).retry_at(), Some(at));
@@ -145,7 +147,7 @@ impl Denial {
     /// completes).
     ///
     /// ```
-    /// use tower_limits::{Denial, ReleaseEvent};
+    /// use tower_limits::limiter::{Denial, ReleaseEvent};
     ///
     /// let event = ReleaseEvent::new();
     /// let denial = Denial::until_released(event.listen());
@@ -160,7 +162,7 @@ impl Denial {
     ///
     /// ```
     /// use tokio::time::{Duration, Instant};
-    /// use tower_limits::{Denial, ReleaseEvent};
+    /// use tower_limits::limiter::{Denial, ReleaseEvent};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -194,7 +196,8 @@ impl Denial {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::Instant;
-    /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter, LimiterExt};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter, LimiterExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -220,7 +223,7 @@ impl Denial {
     /// asks again.
     ///
     /// ```
-    /// use tower_limits::Denial;
+    /// use tower_limits::limiter::Denial;
     /// use tokio::time::{Duration, Instant};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

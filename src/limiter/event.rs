@@ -21,7 +21,7 @@ use super::Admission;
 ///
 /// ```
 /// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-/// use tower_limits::{Denial, ReleaseEvent};
+/// use tower_limits::limiter::{Denial, ReleaseEvent};
 ///
 /// let free = AtomicUsize::new(0);
 /// let released = ReleaseEvent::new();
@@ -52,7 +52,7 @@ impl ReleaseEvent {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::timeout;
-    /// use tower_limits::{Denial, ReleaseEvent};
+    /// use tower_limits::limiter::{Denial, ReleaseEvent};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -73,7 +73,7 @@ impl ReleaseEvent {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::timeout;
-    /// use tower_limits::{Denial, ReleaseEvent};
+    /// use tower_limits::limiter::{Denial, ReleaseEvent};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -117,7 +117,7 @@ impl ReleaseEvent {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::timeout;
-    /// use tower_limits::{Denial, ReleaseEvent};
+    /// use tower_limits::limiter::{Denial, ReleaseEvent};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -146,7 +146,7 @@ impl ReleaseEvent {
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::timeout;
-/// use tower_limits::{Denial, ReleaseEvent, ReleaseListener};
+/// use tower_limits::limiter::{Denial, ReleaseEvent, ReleaseListener};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 /// [`CompositeLimiter`](crate::CompositeLimiter).
 ///
 /// ```
-/// use tower_limits::LimiterFuture;
+/// use tower_limits::limiter::LimiterFuture;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -40,7 +40,7 @@ impl<'a, T> LimiterFuture<'a, T> {
     ///
     /// ```
     /// use tower_limits::error::LimiterError;
-    /// use tower_limits::LimiterFuture;
+    /// use tower_limits::limiter::LimiterFuture;
     ///
     /// // How an in-memory limiter answers `can_proceed`.
     /// let answer: LimiterFuture<'_, Result<bool, LimiterError>> = LimiterFuture::ready(Ok(true));
@@ -58,7 +58,7 @@ impl<'a, T> LimiterFuture<'a, T> {
     ///
     /// ```
     /// use tower_limits::error::LimiterError;
-    /// use tower_limits::LimiterFuture;
+    /// use tower_limits::limiter::LimiterFuture;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), LimiterError> {
@@ -79,7 +79,7 @@ impl<'a, T> LimiterFuture<'a, T> {
     /// future itself, to be awaited.
     ///
     /// ```
-    /// use tower_limits::LimiterFuture;
+    /// use tower_limits::limiter::LimiterFuture;
     ///
     /// assert_eq!(LimiterFuture::ready(1).into_ready().ok(), Some(1));
     /// assert!(LimiterFuture::new(async { 1 }).into_ready().is_err());

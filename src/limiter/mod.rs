@@ -14,7 +14,8 @@
 //! # Example
 //!
 //! ```
-//! use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+//! use tower_limits::limiter::Admission;
+//! use tower_limits::{ConcurrencyLimiter, Limiter};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -73,7 +74,8 @@ pub(crate) use upstream_wait::cap_upstream_wait;
 /// use std::sync::Arc;
 /// use tokio::time::Instant;
 /// use tower_limits::error::LimiterError;
-/// use tower_limits::{Admission, Denial, Limiter, LimiterFuture, Permit};
+/// use tower_limits::limiter::{Admission, Denial, LimiterFuture};
+/// use tower_limits::{Limiter, Permit};
 ///
 /// /// Admits calls only while a switch is on.
 /// #[derive(Clone, Default)]
@@ -133,7 +135,8 @@ pub trait Limiter: Send + Sync + 'static {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::Instant;
-    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -167,7 +170,8 @@ pub trait Limiter: Send + Sync + 'static {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::error::CostTooHigh;
-    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -407,7 +411,8 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -442,7 +447,8 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -16,7 +16,8 @@ use std::sync::Arc;
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-/// use tower_limits::{Permit, Release};
+/// use tower_limits::limiter::Release;
+/// use tower_limits::Permit;
 ///
 /// /// Counts calls in flight.
 /// #[derive(Default)]
@@ -41,7 +42,8 @@ pub trait Release: Send + Sync + 'static {
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
-    /// use tower_limits::{Permit, Release};
+    /// use tower_limits::limiter::Release;
+    /// use tower_limits::Permit;
     ///
     /// /// Remembers the tokens of finished calls, in order.
     /// #[derive(Default)]
@@ -73,7 +75,8 @@ pub trait Release: Send + Sync + 'static {
     /// use std::time::Duration;
     /// use tokio::time::Instant;
     /// use tower_limits::error::LimiterError;
-    /// use tower_limits::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
+    /// use tower_limits::limiter::{Admission, Denial, LimiterFuture, Release};
+    /// use tower_limits::{Limiter, Permit};
     ///
     /// /// A daily quota: finished calls use it up, unused permits give it back.
     /// struct Quota(AtomicUsize);
@@ -129,7 +132,8 @@ pub trait Release: Send + Sync + 'static {
 /// where the strategy allows it.
 ///
 /// ```
-/// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{ConcurrencyLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -205,7 +209,8 @@ impl Permit {
     /// ```
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use tower_limits::{Permit, Release};
+    /// use tower_limits::limiter::Release;
+    /// use tower_limits::Permit;
     ///
     /// struct LastFinished(AtomicU64);
     /// impl Release for LastFinished {

@@ -23,7 +23,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::DEFAULT_MAX_UPSTREAM_WAIT;
+/// use tower_limits::limiter::DEFAULT_MAX_UPSTREAM_WAIT;
 ///
 /// assert_eq!(DEFAULT_MAX_UPSTREAM_WAIT, Duration::from_secs(5 * 60));
 /// ```

@@ -45,7 +45,8 @@ use crate::store::{MemoryStore, Quota, QuotaStore};
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::store::MemoryStore;
-/// use tower_limits::{Admission, BatchedLimiter, Limiter, Rate};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{BatchedLimiter, Limiter, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

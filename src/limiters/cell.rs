@@ -385,14 +385,14 @@ impl Cells {
 /// key's limiter: the form of [`GcraLimiter`](crate::GcraLimiter) and
 /// [`TokenBucketLimiter`](crate::TokenBucketLimiter), whose state is one
 /// number (the TAT) and whose configuration every key shares. Got from
-/// [`FreshLimiter::inline_state`](crate::FreshLimiter::inline_state); only
+/// [`FreshLimiter::inline_state`](crate::limiters::FreshLimiter::inline_state); only
 /// this crate's limiters make one.
 ///
 /// A key kept inline is decided with no allocation of its own and no
 /// second pointer to follow, by the same test as its limiter would apply.
 /// When a handle to the key's limiter is asked for
 /// ([`KeyedLimiter::limiter`](crate::KeyedLimiter::limiter), or a
-/// [`KeyedLimitLayer`](crate::KeyedLimitLayer) call, which admits through
+/// [`KeyedLimitLayer`](crate::limit::KeyedLimitLayer) call, which admits through
 /// the key's limiter and its line of waiting callers), the limiter is made
 /// from that number. At the key's next decision through the keyed limiter,
 /// if no handle is held, the pause set through one is over and the
@@ -403,7 +403,8 @@ impl Cells {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{ConcurrencyLimiter, FreshLimiter, GcraLimiter};
+/// use tower_limits::limiters::FreshLimiter;
+/// use tower_limits::{ConcurrencyLimiter, GcraLimiter};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// assert!(GcraLimiter::new(10, Duration::from_secs(1))?.inline_state().is_some());

@@ -49,7 +49,8 @@ impl CompositeLimiter {
     /// A composite with no parts (it admits everything until parts are added).
     ///
     /// ```
-    /// use tower_limits::{Admission, CompositeLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{CompositeLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {

@@ -94,7 +94,8 @@ impl ConcurrencyLimiter {
     /// the maximum is then unchanged.
     ///
     /// ```
-    /// use tower_limits::{Admission, ConcurrencyLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -122,7 +123,8 @@ impl ConcurrencyLimiter {
     /// state with them.
     ///
     /// ```
-    /// use tower_limits::{Clock, ConcurrencyLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -394,9 +396,9 @@ impl Slots {
     }
 }
 
-impl crate::FreshLimiter for ConcurrencyLimiter {
+impl crate::limiters::FreshLimiter for ConcurrencyLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::ConcurrencyLimiter::new(4)?;

@@ -110,7 +110,8 @@ impl DelayLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, DelayLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{DelayLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -229,9 +230,9 @@ impl DelayState {
     }
 }
 
-impl crate::FreshLimiter for DelayLimiter {
+impl crate::limiters::FreshLimiter for DelayLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::DelayLimiter::new(std::time::Duration::from_millis(10))?;

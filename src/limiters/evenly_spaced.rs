@@ -154,7 +154,8 @@ impl EvenlySpacedRateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, EvenlySpacedRateLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{EvenlySpacedRateLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -289,9 +290,9 @@ impl SpacingState {
     }
 }
 
-impl crate::FreshLimiter for EvenlySpacedRateLimiter {
+impl crate::limiters::FreshLimiter for EvenlySpacedRateLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::EvenlySpacedRateLimiter::new(10, std::time::Duration::from_secs(1))?;

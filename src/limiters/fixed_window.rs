@@ -48,7 +48,8 @@ use crate::rate::Rate;
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::Instant;
-/// use tower_limits::{Admission, FixedWindowLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{FixedWindowLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -210,7 +211,8 @@ impl FixedWindowLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, FixedWindowLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{FixedWindowLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -401,9 +403,9 @@ impl WindowState for FixedState {
     }
 }
 
-impl crate::FreshLimiter for FixedWindowLimiter {
+impl crate::limiters::FreshLimiter for FixedWindowLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::FixedWindowLimiter::new(10, std::time::Duration::from_secs(1))?;

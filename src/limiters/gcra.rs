@@ -159,7 +159,8 @@ impl GcraLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, GcraLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{GcraLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -226,7 +227,8 @@ impl GcraLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, GcraLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{GcraLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -351,7 +353,8 @@ impl GcraLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, GcraLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::GcraLimiter;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -389,9 +392,9 @@ impl GcraLimiter {
     }
 }
 
-impl crate::FreshLimiter for GcraLimiter {
+impl crate::limiters::FreshLimiter for GcraLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::GcraLimiter::new(10, std::time::Duration::from_secs(1))?;
@@ -409,7 +412,7 @@ impl crate::FreshLimiter for GcraLimiter {
     /// Its state is one TAT, kept inline by a keyed limiter.
     ///
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::GcraLimiter::new(10, std::time::Duration::from_secs(1))?;
@@ -417,7 +420,7 @@ impl crate::FreshLimiter for GcraLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    fn inline_state(&self) -> Option<crate::InlineState<Self>> {
+    fn inline_state(&self) -> Option<crate::limiters::InlineState<Self>> {
         Some(InlineState::new(
             &self.cells,
             |cells| Self { cells },

@@ -64,7 +64,8 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{Admission, KeyedLimiter, Limiter, RateLimiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{KeyedLimiter, Limiter, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -103,7 +104,8 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{Admission, GcraLimiter, KeyedLimiter, Rate};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{GcraLimiter, KeyedLimiter, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -197,7 +199,7 @@ struct Entry<K, L> {
     last_used: u64,
     limiter: L,
     /// The key's line of waiting callers, made for the first caller of
-    /// [`KeyedLimitLayer`](crate::KeyedLimitLayer) that has to wait.
+    /// [`KeyedLimitLayer`](crate::limit::KeyedLimitLayer) that has to wait.
     queue: Option<Arc<Queue>>,
 }
 
@@ -236,7 +238,8 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, GcraLimiter, KeyedLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{GcraLimiter, KeyedLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -304,7 +307,8 @@ where
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::Instant;
-    /// use tower_limits::{Admission, DelayLimiter, KeyedLimiter, Limiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{DelayLimiter, KeyedLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -468,7 +472,8 @@ where
     /// [`Limiter::try_acquire`] on `key`'s limiter.
     ///
     /// ```
-    /// use tower_limits::{Admission, ConcurrencyLimiter, KeyedLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -493,7 +498,8 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, DelayLimiter, KeyedLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{DelayLimiter, KeyedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -865,7 +871,8 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
 /// to use them as templates.
 ///
 /// ```
-/// use tower_limits::{ConcurrencyLimiter, FreshLimiter, LimiterExt};
+/// use tower_limits::limiters::FreshLimiter;
+/// use tower_limits::{ConcurrencyLimiter, LimiterExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -888,7 +895,8 @@ pub trait FreshLimiter: Limiter + Sized {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{FreshLimiter, GcraLimiter, NullLimiter};
+    /// use tower_limits::limiters::FreshLimiter;
+    /// use tower_limits::{GcraLimiter, NullLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// assert!(GcraLimiter::new(5, Duration::from_secs(1))?.inline_state().is_some());
@@ -906,7 +914,9 @@ pub trait FreshLimiter: Limiter + Sized {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{Clock, KeyedLimiter, KeyedLimiterBuilder, NullLimiter};
+/// use tower_limits::clock::Clock;
+/// use tower_limits::limiters::KeyedLimiterBuilder;
+/// use tower_limits::{KeyedLimiter, NullLimiter};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let builder: KeyedLimiterBuilder<u32, NullLimiter> = KeyedLimiter::builder(|_: &u32| NullLimiter)
@@ -983,7 +993,8 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, KeyedLimiter, NullLimiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{KeyedLimiter, NullLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

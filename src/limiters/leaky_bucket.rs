@@ -92,7 +92,8 @@ use crate::rate::Rate;
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::Instant;
-/// use tower_limits::{Admission, LeakyBucketLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{LeakyBucketLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -209,7 +210,8 @@ impl LeakyBucketLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, LeakyBucketLimiter, Limiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{LeakyBucketLimiter, Limiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -482,9 +484,9 @@ impl Unbook for BucketState {
     }
 }
 
-impl crate::FreshLimiter for LeakyBucketLimiter {
+impl crate::limiters::FreshLimiter for LeakyBucketLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::LeakyBucketLimiter::new(10, std::time::Duration::from_secs(1), 5)?;

@@ -33,7 +33,8 @@ use crate::store::{LeaseStore, MAX_LEASES, MemoryStore, WindowDecision};
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::store::MemoryStore;
-/// use tower_limits::{Admission, LeasedConcurrencyLimiter, Limiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{LeasedConcurrencyLimiter, Limiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,4 +1,26 @@
-//! The limiting strategies, one module each.
+//! Every limiter, with its builder and companions.
+//!
+//! The limiters themselves are also at the crate root
+//! ([`GcraLimiter`], [`KeyedLimiter`]...);
+//! this module adds the names a user needs only to store a builder in a
+//! field or to extend a limiter: the builders, the [`Pacer`] an adaptive
+//! limiter paces with, and the [`FreshLimiter`] and [`InlineState`] of a
+//! keyed one.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_limits::limiters::RateLimiterBuilder;
+//! use tower_limits::RateLimiter;
+//! use tower_limits::store::MemoryStore;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let builder: RateLimiterBuilder<MemoryStore> =
+//!     RateLimiter::builder("mail-api", 10, Duration::from_secs(1));
+//! let limiter = builder.without_backoff().build()?;
+//! # drop(limiter);
+//! # Ok(())
+//! # }
+//! ```
 
 mod adaptive;
 mod adaptive_concurrency;

@@ -23,9 +23,9 @@ use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NullLimiter;
 
-impl crate::FreshLimiter for NullLimiter {
+impl crate::limiters::FreshLimiter for NullLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::NullLimiter;

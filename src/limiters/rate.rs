@@ -257,7 +257,8 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, Limiter, RateLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -516,7 +517,8 @@ impl RateLimiterBuilder<MemoryStore> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, RateLimiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::RateLimiter;
     ///
     /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(1))
     ///     .clock(Clock::fast())

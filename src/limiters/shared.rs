@@ -130,7 +130,7 @@ impl<S: QuotaStore> SharedLimiter<S> {
     /// (the store's TAT: calls already admitted still count); a quota of
     /// another algorithm or window starts afresh. Every process sharing the
     /// name should change together
-    /// ([`AdaptiveRateLimiter::build_shared`](crate::AdaptiveRateLimiterBuilder::build_shared)
+    /// ([`AdaptiveRateLimiter::build_shared`](crate::limiters::AdaptiveRateLimiterBuilder::build_shared)
     /// does this as it learns the rate).
     ///
     /// ```

@@ -78,7 +78,8 @@ use crate::rate::Rate;
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::Instant;
-/// use tower_limits::{Admission, Limiter, SlidingWindowCounterLimiter};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{Limiter, SlidingWindowCounterLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -184,7 +185,8 @@ impl SlidingWindowCounterLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, Limiter, SlidingWindowCounterLimiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{Limiter, SlidingWindowCounterLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -315,9 +317,9 @@ impl WindowState for SlidingState {
     }
 }
 
-impl crate::FreshLimiter for SlidingWindowCounterLimiter {
+impl crate::limiters::FreshLimiter for SlidingWindowCounterLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::SlidingWindowCounterLimiter::new(10, std::time::Duration::from_secs(1))?;

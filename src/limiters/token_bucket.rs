@@ -139,7 +139,8 @@ impl TokenBucketLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Clock, Limiter, TokenBucketLimiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{Limiter, TokenBucketLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -282,9 +283,9 @@ impl TokenBucketLimiter {
     }
 }
 
-impl crate::FreshLimiter for TokenBucketLimiter {
+impl crate::limiters::FreshLimiter for TokenBucketLimiter {
     /// ```
-    /// use tower_limits::FreshLimiter;
+    /// use tower_limits::limiters::FreshLimiter;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let template = tower_limits::TokenBucketLimiter::new(10, 10, std::time::Duration::from_secs(1))?;
@@ -304,7 +305,8 @@ impl crate::FreshLimiter for TokenBucketLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Admission, KeyedLimiter, TokenBucketLimiter};
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{KeyedLimiter, TokenBucketLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -317,7 +319,7 @@ impl crate::FreshLimiter for TokenBucketLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    fn inline_state(&self) -> Option<crate::InlineState<Self>> {
+    fn inline_state(&self) -> Option<crate::limiters::InlineState<Self>> {
         Some(InlineState::new(
             &self.cells,
             |cells| Self { cells },

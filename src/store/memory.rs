@@ -25,7 +25,8 @@ use crate::start_log::StartLog;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{Clock, Limiter, RateLimiter, store::MemoryStore};
+/// use tower_limits::clock::Clock;
+/// use tower_limits::{store::MemoryStore, Limiter, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -117,7 +118,7 @@ impl MemoryStore {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::Clock;
+    /// use tower_limits::clock::Clock;
     /// use tower_limits::RateLimiter;
     /// use tower_limits::store::{MemoryStore, RateLimiterStore};
     ///

@@ -13,7 +13,7 @@
 //! | [`RateLimiterStore`] | a sliding log of starts, the classic backoff and pause | [`RateLimiter<S>`](crate::RateLimiter) |
 //! | [`QuotaStore`] | a [`Quota`]'s few numbers (GCRA's TAT, a window's counters) and a pause | [`SharedLimiter<S>`](crate::SharedLimiter) |
 //! | [`LeaseStore`] | leased concurrency slots that expire unless renewed, and a pause | [`LeasedConcurrencyLimiter<S>`](crate::LeasedConcurrencyLimiter) |
-//! | [`CurveStore`] (with [`QuotaStore`]) | the rate an adaptive limiter learned, one record written by compare-and-set | [`AdaptiveRateLimiter<SharedPacer<S>>`](crate::AdaptiveRateLimiterBuilder::build_shared) |
+//! | [`CurveStore`] (with [`QuotaStore`]) | the rate an adaptive limiter learned, one record written by compare-and-set | [`AdaptiveRateLimiter<SharedPacer<S>>`](crate::limiters::AdaptiveRateLimiterBuilder::build_shared) |
 //!
 //! [`RateLimiterStore`] also has the classic storage operations (record an
 //! execution, count executions, the oldest execution at an offset, the next

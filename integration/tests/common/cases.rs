@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::LimiterError;
+use tower_limits::limiter::{Admission, LimiterFuture};
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
-    Admission, CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter,
-    Failover, FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter,
-    LeasedConcurrencyLimiter, Limiter, LimiterFuture, Permit, RateLimiter, SharedLimiter,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
+    CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover,
+    FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
+    Limiter, Permit, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};

@@ -15,13 +15,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 use tower_limits::error::CostTooHigh;
+use tower_limits::limiter::Admission;
 use tower_limits::store::{
     CurveRecord, CurveStore, LeaseStore, MAX_LEASES, Quota, QuotaStore, RateLimiterStore,
     WindowDecision,
 };
 use tower_limits::{
-    AdaptiveRateLimiter, Admission, LeasedConcurrencyLimiter, Limiter, Rate, RateLimiter,
-    SharedLimiter,
+    AdaptiveRateLimiter, LeasedConcurrencyLimiter, Limiter, Rate, RateLimiter, SharedLimiter,
 };
 
 /// Runs every check of this suite against the store `$make` makes: one test

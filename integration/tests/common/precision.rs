@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tokio::time::{Instant, advance};
-use tower_limits::{Admission, Limiter};
+use tower_limits::Limiter;
+use tower_limits::limiter::Admission;
 
 /// Admissions within `span` of paused time, retrying each denied call at
 /// exactly the instant its denial names (no timer rounding).

@@ -16,7 +16,8 @@ use tokio::time::Instant;
 use tower::{Layer, Service, service_fn};
 use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::{BoxError, LimiterError};
-use tower_limits::{Admission, Denial, LimitLayer, Limiter, LimiterFuture, Permit};
+use tower_limits::limiter::{Admission, Denial, LimiterFuture};
+use tower_limits::{LimitLayer, Limiter, Permit};
 
 pub(crate) const CALLERS: usize = 1_000;
 /// Generous (the slowest run takes about a second): a hang fails the test

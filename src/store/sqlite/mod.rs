@@ -495,7 +495,8 @@ impl SqliteStoreBuilder {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{Quota, SqliteStore};
-    /// use tower_limits::{Clock, Limiter, SharedLimiter};
+    /// use tower_limits::clock::Clock;
+    /// use tower_limits::{Limiter, SharedLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
