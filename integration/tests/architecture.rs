@@ -1,6 +1,8 @@
 //! The crate's modules read top-down: each imports only modules below it in
 //! [`LAYERS`], never one above it, so none depends on a module that depends
-//! back on it. Read from the sources (`crate::` paths outside comments).
+//! back on it, and names what it uses by its module's path, not through the
+//! crate root's re-exports. Read from the sources (`crate::` paths outside
+//! comments).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -25,10 +27,10 @@ const LAYERS: &[&str] = &[
     "lib",
 ];
 
-/// Every `(from, to)` of a `crate::to` path written in the files of the
-/// top-level module `from`.
-fn edges() -> BTreeSet<(String, String)> {
-    let mut edges = BTreeSet::new();
+/// Every `crate::` path written outside comments, as the top-level module
+/// `from` whose files hold it and the path's rest (`limiters::GcraLimiter`).
+fn crate_paths() -> Vec<(String, String)> {
+    let mut paths = Vec::new();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
     let mut files = vec![src.clone()];
     while let Some(path) = files.pop() {
@@ -51,18 +53,30 @@ fn edges() -> BTreeSet<(String, String)> {
                 continue;
             }
             for (index, _) in line.match_indices("crate::") {
-                let rest = &line[index + "crate::".len()..];
-                let to: String = rest
+                let rest: String = line[index + "crate::".len()..]
                     .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                     .collect();
-                if !to.is_empty() && to != from {
-                    edges.insert((from.to_owned(), to));
-                }
+                paths.push((from.to_owned(), rest));
             }
         }
     }
-    edges
+    paths
+}
+
+/// Every `(from, to)` of a `crate::to` path written in the files of the
+/// top-level module `from`.
+fn edges() -> BTreeSet<(String, String)> {
+    crate_paths()
+        .into_iter()
+        .filter_map(|(from, rest)| {
+            let to: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            (!to.is_empty() && to != from).then_some((from, to))
+        })
+        .collect()
 }
 
 fn layer(module: &str) -> usize {
@@ -102,4 +116,19 @@ fn the_listing_sees_the_layers_that_are_used() {
             "{from} -> {to} not found"
         );
     }
+}
+
+/// The crate root re-exports for users; the modules name each other by
+/// their own paths (`crate::limiters::GcraLimiter`), never through the root
+/// (`crate::GcraLimiter`), which hides which module a file depends on.
+#[test]
+fn no_module_reaches_another_through_the_crate_root() {
+    let detours: Vec<_> = crate_paths()
+        .into_iter()
+        .filter(|(from, rest)| from != "lib" && rest.starts_with(|c: char| c.is_ascii_uppercase()))
+        .collect();
+    assert!(
+        detours.is_empty(),
+        "paths through the crate root: {detours:?}"
+    );
 }

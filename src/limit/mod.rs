@@ -134,7 +134,7 @@
 macro_rules! observing_methods {
     ($example:literal) => {
         #[doc = concat!(
-            "Observes the layer's decisions under `name`, as [`LimitLayer::name`](crate::LimitLayer::name).\n\n```\n",
+            "Observes the layer's decisions under `name`, as [`LimitLayer::name`](crate::limit::LimitLayer::name).\n\n```\n",
             $example,
             "\n```"
         )]
@@ -144,7 +144,7 @@ macro_rules! observing_methods {
         }
 
         #[doc = concat!(
-            "Calls `hook` with every decision, as [`LimitLayer::on_decision`](crate::LimitLayer::on_decision).\n\n```\n",
+            "Calls `hook` with every decision, as [`LimitLayer::on_decision`](crate::limit::LimitLayer::on_decision).\n\n```\n",
             $example,
             "\n```"
         )]
@@ -157,7 +157,7 @@ macro_rules! observing_methods {
         }
 
         #[doc = concat!(
-            "Shadow mode: decides and records but lets every call through, as [`LimitLayer::shadow`](crate::LimitLayer::shadow).\n\n```\n",
+            "Shadow mode: decides and records but lets every call through, as [`LimitLayer::shadow`](crate::limit::LimitLayer::shadow).\n\n```\n",
             $example,
             "\n```"
         )]
@@ -167,7 +167,7 @@ macro_rules! observing_methods {
         }
 
         #[doc = concat!(
-            "The decisions counted so far, if observed, as [`LimitLayer::stats`](crate::LimitLayer::stats).\n\n```\n",
+            "The decisions counted so far, if observed, as [`LimitLayer::stats`](crate::limit::LimitLayer::stats).\n\n```\n",
             $example,
             "\n```"
         )]

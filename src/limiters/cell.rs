@@ -593,7 +593,7 @@ macro_rules! impl_limiter_for_cells {
                 &self,
             ) -> $crate::limiter::LimiterFuture<
                 '_,
-                Result<Option<$crate::QuotaStatus>, $crate::error::LimiterError>,
+                Result<Option<$crate::quota_status::QuotaStatus>, $crate::error::LimiterError>,
             > {
                 $crate::limiter::LimiterFuture::ready(Ok(Some(self.cells.quota_status())))
             }

@@ -143,7 +143,7 @@ impl EvenlySpacedRateLimiter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn from_rate(rate: crate::Rate) -> Result<Self, ConfigError> {
+    pub fn from_rate(rate: crate::rate::Rate) -> Result<Self, ConfigError> {
         Self::new(rate.count(), rate.per())
     }
 

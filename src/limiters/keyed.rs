@@ -337,7 +337,10 @@ where
     /// `key`'s quota, read in place if the key is kept inline (no limiter
     /// is made for it); otherwise its limiter, to ask.
     #[cfg(feature = "http")]
-    pub(crate) fn quota(&self, key: &K) -> Result<Result<crate::QuotaStatus, L>, KeysFull> {
+    pub(crate) fn quota(
+        &self,
+        key: &K,
+    ) -> Result<Result<crate::quota_status::QuotaStatus, L>, KeysFull> {
         let hash = self.inner.hash(key);
         self.with_place(hash, key, Form::Decision, |place| match place {
             Place::Inline(tat) => {
@@ -1203,7 +1206,7 @@ mod tests {
         #[test]
         fn evict_idle_forgets_idle_inline_keys_and_never_a_recent_one(ops in prop::collection::vec(op(), 1..80)) {
             on_paused_time(async {
-                let template = crate::GcraLimiter::new(1, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+                let template = crate::limiters::GcraLimiter::new(1, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
                 let span = Duration::from_secs(3);
                 let keyed = KeyedLimiter::of(template).idle_timeout(IDLE).build().unwrap();
                 let start = tokio::time::Instant::now();
@@ -1237,7 +1240,7 @@ mod tests {
     #[cfg(feature = "http")]
     #[tokio::test(start_paused = true)]
     async fn an_inline_key_reports_the_quota_of_a_limiter_of_its_own() {
-        let template = crate::GcraLimiter::new(2, Duration::from_secs(1))
+        let template = crate::limiters::GcraLimiter::new(2, Duration::from_secs(1))
             .unwrap()
             .with_burst(4)
             .unwrap();

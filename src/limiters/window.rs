@@ -92,10 +92,13 @@ macro_rules! impl_limiter_for_windows {
                 /// limit now, and when more is: one reading of the counts.
                 fn quota_status(
                     &self,
-                ) -> LimiterFuture<'_, Result<Option<$crate::QuotaStatus>, LimiterError>> {
+                ) -> LimiterFuture<
+                    '_,
+                    Result<Option<$crate::quota_status::QuotaStatus>, LimiterError>,
+                > {
                     let windows = self.state.windows();
                     let (remaining, refill_in) = self.state.status();
-                    LimiterFuture::ready(Ok(Some($crate::QuotaStatus::new(
+                    LimiterFuture::ready(Ok(Some($crate::quota_status::QuotaStatus::new(
                         u64::from(windows.max()),
                         windows.window(),
                         u64::from(remaining),
