@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ConcurrencyLimiter;
-use super::latency::LowestLatency;
+use super::internals::latency::LowestLatency;
+use super::strategies::ConcurrencyLimiter;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release};
 
@@ -424,7 +424,10 @@ impl AdaptiveConcurrencyLimiterBuilder {
             }),
             base: Instant::now(),
             #[cfg(feature = "metrics")]
-            gauge: self.name.as_deref().map(super::gauge::concurrency_limit),
+            gauge: self
+                .name
+                .as_deref()
+                .map(super::internals::gauge::concurrency_limit),
         };
         shared.report(self.initial);
         Ok(AdaptiveConcurrencyLimiter {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::limiters::latency::LowestLatency;
+use crate::limiters::internals::latency::LowestLatency;
 
 /// How the rate moves; validated by the builder.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -16,7 +16,7 @@ pub use self::pacer::{Pacer, SharedPacer};
 use self::cubic::{Curve, Signal, Tuning};
 use self::pacer::WallClock;
 use super::GcraLimiter;
-use super::shared::spawn_or_warn;
+use super::stored::spawn_or_warn;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 use crate::rate::Rate;
@@ -799,7 +799,10 @@ impl AdaptiveRateLimiterBuilder {
             applied: AtomicU64::new(0),
             base: now,
             #[cfg(feature = "metrics")]
-            gauge: self.name.as_deref().map(super::gauge::adaptive_rate),
+            gauge: self
+                .name
+                .as_deref()
+                .map(super::internals::gauge::adaptive_rate),
         };
         shared.apply(start);
         Ok(AdaptiveRateLimiter {

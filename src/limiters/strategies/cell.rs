@@ -13,11 +13,11 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
-use super::seq_cell::SeqCell;
 use crate::algorithms::gcra::{CellConfig, judge, judge_late, rescale};
 use crate::clock::Clock;
 use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
+use crate::limiters::internals::seq_cell::SeqCell;
 use crate::quota_status::{QuotaStatus, search};
 
 /// The shared state: one TAT and one pause, each a single atomic word.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::shared::spawn_or_warn;
+use super::spawn_or_warn;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, Release, ReleaseEvent};
 use crate::store::late::until_applied;

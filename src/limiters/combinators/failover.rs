@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
-use super::NullLimiter;
 use crate::error::LimiterError;
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::limiters::strategies::NullLimiter;
 use crate::quota_status::QuotaStatus;
 use crate::store::is_outage;
 

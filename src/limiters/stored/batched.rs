@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::SharedLimiter;
-use super::shared::spawn_or_warn;
+use super::shared::SharedLimiter;
+use super::spawn_or_warn;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
 use crate::rate::Rate;

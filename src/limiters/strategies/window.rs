@@ -53,7 +53,7 @@ macro_rules! impl_limiter_for_windows {
 
             use $crate::error::LimiterError;
             use $crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
-            use $crate::limiters::window::WindowState;
+            use $crate::limiters::strategies::window::WindowState;
 
             impl Limiter for $limiter {
                 /// A call costing `cost` counts `cost` starts in the current

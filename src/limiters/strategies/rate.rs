@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy_cell::PolicyCell;
 use crate::clock::Clock;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
+use crate::limiters::internals::policy_cell::PolicyCell;
 use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
 use crate::store::late::until_applied;

@@ -176,7 +176,7 @@ impl ConcurrencyLimiter {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn name(self, name: &str) -> Self {
-        let gauge = super::gauge::in_flight(name);
+        let gauge = crate::limiters::internals::gauge::in_flight(name);
         gauge.set(f64::from(self.running()));
         let _ = self.state.slots.in_flight.set(gauge);
         self
@@ -392,7 +392,7 @@ impl Slots {
     #[cold]
     #[inline(never)]
     fn publish(&self, gauge: &metrics::Gauge) {
-        super::gauge::publish(gauge, || u64::from(self.running()));
+        crate::limiters::internals::gauge::publish(gauge, || u64::from(self.running()));
     }
 }
 

@@ -234,7 +234,7 @@ impl<S: QuotaStore> Shared<S> {
 /// Runs `task` on the current tokio runtime; without one, logs that `what`
 /// could not be done for the limiter `name` (a permit dropped outside a
 /// runtime).
-pub(super) fn spawn_or_warn(
+pub(crate) fn spawn_or_warn(
     name: &str,
     what: &'static str,
     task: impl std::future::Future<Output = ()> + Send + 'static,

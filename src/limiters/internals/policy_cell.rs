@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::seq_cell::SeqCell;
 use crate::clock::duration_nanos;
+use crate::limiters::internals::seq_cell::SeqCell;
 use crate::store::{Backoff, WindowPolicy};
 
 /// The policy's fields as five words of a [`SeqCell`]: max executions,

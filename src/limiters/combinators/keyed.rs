@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use hashbrown::HashTable;
 
-use super::cell::InlineState;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limiter::{Admission, Limiter, LimiterFuture};
+use crate::limiters::strategies::InlineState;
 use crate::line::Queue;
 
 /// The default bound on the number of keys held at once.
@@ -142,7 +142,7 @@ struct KeyedInner<K, L> {
     clock: Clock,
     /// The live keys, for the gauge of a named keyed limiter.
     #[cfg(feature = "metrics")]
-    keys: Option<super::gauge::KeyCount>,
+    keys: Option<crate::limiters::internals::gauge::KeyCount>,
 }
 
 /// A shard behind its lock, on cache lines of its own, so that threads
@@ -1099,7 +1099,10 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
                 hasher: RandomState::new(),
                 clock: self.clock,
                 #[cfg(feature = "metrics")]
-                keys: self.name.as_deref().map(super::gauge::KeyCount::new),
+                keys: self
+                    .name
+                    .as_deref()
+                    .map(crate::limiters::internals::gauge::KeyCount::new),
             }),
         })
     }
