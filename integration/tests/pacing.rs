@@ -32,10 +32,14 @@ const CALLERS: usize = 400;
 const PERIOD: Duration = Duration::from_secs(1);
 /// The share of the rate a run's full seconds must deliver on average here,
 /// on a machine that may be busy with other work: lenient (the rate is
-/// measured, not timed; two CPU-bound processes beside the test cost the
-/// 10,000 a second up to 15%), and well above what late wake-ups used to
-/// leave (47% at 1,000 a second, 8% at 10,000).
-const LENIENT: f64 = 0.7;
+/// measured, not timed), and well above what late wake-ups used to leave
+/// (47% at 1,000 a second, 8% at 10,000). At 1,000 a second the callers
+/// need little CPU; 10,000 a second through 400 callers needs most of a
+/// core, which a busy machine takes away (two CPU-bound processes beside
+/// the test cost it up to 15%; those and two compilers, 42%).
+fn lenient(rate: u32) -> f64 {
+    if rate >= 10_000 { 0.4 } else { 0.7 }
+}
 
 /// One measurement at a time: the callers of another would share the cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -141,7 +145,7 @@ impl Run {
 /// Runs `make`'s limiter at `rate` a second; prints what it delivered and
 /// checks the bounds: at most `rate` plus the tolerance's cells
 /// (`⌈rate × τ⌉`, [`paced_bound`]) in any window of the period, at least
-/// [`LENIENT`] of the rate on average over the full seconds.
+/// [`lenient`] of the rate on average over the full seconds.
 fn check<L: Limiter + Clone + Send + Sync + 'static>(
     name: &str,
     rate: u32,
@@ -170,7 +174,7 @@ fn check<L: Limiter + Clone + Send + Sync + 'static>(
     );
     let mean = per_second.iter().sum::<usize>() as f64 / per_second.len() as f64;
     assert!(
-        mean >= f64::from(rate) * LENIENT,
+        mean >= f64::from(rate) * lenient(rate),
         "{mean:.0} a second of {rate}: {per_second:?}"
     );
 }
