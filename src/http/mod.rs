@@ -61,6 +61,8 @@ mod body;
 mod error;
 pub mod feedback;
 pub mod limit;
+#[cfg(feature = "reqwest-middleware")]
+mod middleware;
 mod peer;
 mod ratelimit;
 mod retry;
@@ -73,6 +75,9 @@ pub use body::LimitBody;
 pub use error::{InvalidHeader, RetryLater};
 pub use feedback::{Feedback, FeedbackLayer};
 pub use limit::{HttpLimit, HttpLimitLayer};
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub use middleware::LimitMiddleware;
 pub use peer::{ForwardedHeader, KeyOf, PeerAddr, PeerKey, TrustedProxies};
 pub use ratelimit::{RateLimitPolicy, RateLimitStatus};
 pub use retry::RetryPolicy;
