@@ -80,6 +80,7 @@
 //! | `http` | the `http` module: upstream feedback, retries, `429` answers, permits held by bodies |
 //! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
 //! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
+//! | `reqwest-middleware` | `http`, and `http::LimitMiddleware`: the limits, the upstream feedback and the retries for a `reqwest_middleware` client |
 //! | `fast-clock` (default) | [`Clock::fast`], the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
 //! | `metrics` | counters, a histogram and a gauge of observed layers, and gauges of named keyed and adaptive limiters, through the `metrics` facade |
 //! | `redis` | `store::RedisStore` |
