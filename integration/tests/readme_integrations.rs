@@ -1,8 +1,8 @@
 //! The README's integration snippets, verbatim, run against loopback peers:
 //! an axum server limited per client IP, a hyper client obeying its
 //! upstream's 429s, the same with reqwest-middleware, a tonic server limited
-//! per client. Each snippet sits between `README:begin` and `README:end` lines, and the first test checks
-//! that the README shows exactly that text.
+//! per client. Each snippet sits between `README:begin` and `README:end`
+//! lines, and the first test checks that the README shows exactly that text.
 #![cfg(all(feature = "axum", feature = "tonic"))]
 // The client example brings the loopback upstream of `examples/common`.
 #![allow(clippy::duplicate_mod)]
