@@ -63,6 +63,15 @@ where
     service.ready().await.unwrap().call(request).await.unwrap()
 }
 
+/// The whole body of `response`.
+async fn body_of<B>(response: Response<B>) -> Bytes
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    response.into_body().collect().await.unwrap().to_bytes()
+}
+
 fn with_header(mut request: Request<()>, name: &'static str, value: &str) -> Request<()> {
     request
         .headers_mut()
@@ -104,15 +113,7 @@ async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
         refused.headers()["ratelimit-policy"],
         "\"default\";q=2;w=10"
     );
-    assert!(
-        refused
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .is_empty()
-    );
+    assert!(body_of(refused).await.is_empty());
 
     // Another peer has its own limit.
     let other = send(&mut service, from("198.51.100.7:1000")).await;
@@ -143,7 +144,7 @@ async fn a_refusal_hook_answers_json_and_keeps_the_rate_limit_headers() {
 
     let admitted = send(&mut service, from("192.0.2.1:1000")).await;
     assert_eq!(admitted.status(), StatusCode::OK);
-    let body = admitted.into_body().collect().await.unwrap().to_bytes();
+    let body = body_of(admitted).await;
     assert_eq!(&body[..], b"hello"); // admitted responses are untouched
 
     tokio::time::advance(Duration::from_secs(4)).await;
@@ -155,7 +156,7 @@ async fn a_refusal_hook_answers_json_and_keeps_the_rate_limit_headers() {
     assert_eq!(headers["retry-after"], "6");
     assert_eq!(headers["ratelimit"], "\"default\";r=0;t=6");
     assert!(headers.get("ratelimit-policy").is_none());
-    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    let body = body_of(refused).await;
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         body,
@@ -183,15 +184,7 @@ async fn a_grpc_refusal_is_a_status_with_pushback_despite_the_hook() {
     );
     assert_eq!(headers["grpc-retry-pushback-ms"], "10000");
     assert_eq!(headers["retry-after"], "10");
-    assert!(
-        refused
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .is_empty()
-    );
+    assert!(body_of(refused).await.is_empty());
 }
 
 /// A limiter that counts how often its state is read.
