@@ -187,6 +187,40 @@ async fn a_grpc_refusal_is_a_status_with_pushback_despite_the_hook() {
     assert!(body_of(refused).await.is_empty());
 }
 
+/// A reject-mode layer's refusal, in its HTTP form: the hook's answer with
+/// `Retry-After` (1 s for a concurrency limit, which names no instant),
+/// while a wait past the maximum stays an error.
+#[tokio::test(start_paused = true)]
+async fn a_reject_layers_refusal_is_answered_by_the_hook() {
+    let limiter = ConcurrencyLimiter::new(1).unwrap();
+    let layer = HttpLimitLayer::new(LimitLayer::new(limiter.clone()).reject()).refusal(
+        |rejected: &Rejected, head: Response<()>| {
+            let body = format!("{{\"error\":\"{rejected}\"}}");
+            head.map(|()| Full::new(Bytes::from(body)))
+        },
+    );
+    let mut service = layer.layer(hello());
+
+    let running = send(&mut service, Request::new(())).await; // holds the slot
+    let refused = send(&mut service, Request::new(())).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = body_of(refused).await;
+    assert_eq!(
+        &body[..],
+        br#"{"error":"concurrency limit reached: retry when a running call completes"}"#
+    );
+    drop(running);
+    let admitted = send(&mut service, Request::new(())).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+
+    let waiting = HttpLimitLayer::new(LimitLayer::new(limiter).max_wait(Duration::from_secs(1)))
+        .refusal(|_: &Rejected, head: Response<()>| head.map(|()| Full::new(Bytes::new())));
+    let mut service = waiting.layer(hello());
+    let error = service.ready().await.unwrap().call(Request::new(())).await;
+    assert!(error.unwrap_err().is::<tower_limits::error::Elapsed>());
+}
+
 /// A limiter that counts how often its state is read.
 #[derive(Clone)]
 struct Reads {

@@ -611,7 +611,7 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
 
 /// The HTTP answer to a request `rejected`, before any hook shapes it:
 /// `429` with `Retry-After` and the `RateLimit` headers `advertised`.
-fn rejection(rejected: &Rejected, advertised: HeaderMap) -> Response<()> {
+pub(super) fn rejection(rejected: &Rejected, advertised: HeaderMap) -> Response<()> {
     let mut response = Response::new(());
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let headers = response.headers_mut();
@@ -654,7 +654,9 @@ fn grpc_rejection<B>(
 /// concurrency limit) and the default answer: `429 Too Many Requests` with
 /// an empty body, `Retry-After` and, once the layer
 /// [`advertise`](TooManyRequestsLayer::advertise)s, the `RateLimit`
-/// headers. Set with [`TooManyRequestsLayer::refusal`]; any
+/// headers. Set with [`TooManyRequestsLayer::refusal`], or
+/// [`HttpLimitLayer::refusal`](super::HttpLimitLayer::refusal) for a layer
+/// in reject mode (whose default answer has no `RateLimit` headers); any
 /// `Fn(&Rejected, Response<()>) -> Response<B>` is one, and so is
 /// [`DefaultRefusal`].
 ///
