@@ -280,3 +280,23 @@ async fn a_refusal_the_policy_does_not_retry_is_a_retry_later_error() {
     let retry_later = error.downcast_ref::<RetryLater>().expect("a RetryLater");
     assert_eq!(retry_later.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A permit rides in the response body, as with `HttpLimitLayer`: a
+/// concurrency limit holds until the body is read, and the response keeps
+/// its URL and status through the stack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_slot_is_held_until_the_body_is_read() {
+    let (_upstream, addr) = Upstream::serve().await;
+    let limiter = tower_limits::ConcurrencyLimiter::new(1).expect("valid limit");
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(LimitMiddleware::new(limiter.clone()))
+        .build();
+    let url = format!("http://{addr}/");
+
+    let response = client.get(&url).send().await.expect("served");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.url().as_str(), url);
+    assert_eq!(limiter.running(), 1, "the body is still to be read");
+    assert_eq!(response.text().await.expect("a body"), "ok");
+    assert_eq!(limiter.running(), 0);
+}
