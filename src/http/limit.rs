@@ -50,11 +50,19 @@ use crate::limiter::{Limiter, Permit};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct HttpLimitLayer<L, R = DefaultRefusal> {
     layer: LimitLayer<L>,
     /// Answers the refusals of reject mode instead of failing, when set.
     refusal: Option<Arc<R>>,
+}
+
+impl<L: fmt::Debug, R> fmt::Debug for HttpLimitLayer<L, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpLimitLayer")
+            .field("layer", &self.layer)
+            .field("refusal", &self.refusal.is_some())
+            .finish()
+    }
 }
 
 impl<L: Clone, R> Clone for HttpLimitLayer<L, R> {

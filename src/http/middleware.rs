@@ -218,7 +218,9 @@ where
             extensions: Arc::new(Mutex::new(extensions)),
         };
         let stack = self.feedback.layer(self.limit.layer(rest));
-        let retry = self.retry.clone().filter(|_| request.try_clone().is_some());
+        // A body of bytes can be sent again; a stream cannot.
+        let resendable = request.body().is_none_or(|body| body.as_bytes().is_some());
+        let retry = self.retry.clone().filter(|_| resendable);
         let request = http::Request::new(Attempt(Some(request)));
         let result = match retry {
             Some(policy) => RetryLayer::new(policy).layer(stack).oneshot(request).await,
