@@ -300,3 +300,23 @@ async fn a_concurrency_slot_is_held_until_the_body_is_read() {
     assert_eq!(response.text().await.expect("a body"), "ok");
     assert_eq!(limiter.running(), 0);
 }
+
+/// A streaming body cannot be sent again: such a request goes once, and a
+/// refusal comes back as the response it is, not as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_streaming_body_is_sent_once() {
+    let (upstream, addr) = Upstream::serve().await;
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(LimitMiddleware::new(tower_limits::NullLimiter))
+        .build();
+    let url = format!("http://{addr}/");
+    let mut throttled = 0;
+    for _ in 0..2 * BURST as usize {
+        let stream = reqwest::Body::wrap(http_body_util::Full::new(Bytes::from("data")));
+        let response = client.post(&url).body(stream).send().await.expect("sent");
+        throttled += u32::from(response.status() == StatusCode::TOO_MANY_REQUESTS);
+    }
+    let refused = upstream.refused.load(Ordering::SeqCst);
+    assert!(refused >= 1, "nothing refused");
+    assert_eq!(throttled, refused, "every refusal came back, none retried");
+}
