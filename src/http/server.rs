@@ -1,6 +1,6 @@
 //! [`TooManyRequestsLayer`]: a server answers over-limit requests at once
 //! with `429 Too Many Requests` (gRPC: `RESOURCE_EXHAUSTED`), `Retry-After`
-//! and `RateLimit` headers.
+//! and `RateLimit` headers; [`MakeRefusal`] shapes that answer.
 
 use std::fmt;
 use std::future::Future;
@@ -48,10 +48,14 @@ const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 ///
 /// * HTTP: `429 Too Many Requests` with `Retry-After` in whole seconds,
 ///   rounded up (never `0` for a positive wait; `1` when the limit names no
-///   instant, as a concurrency limit does);
+///   instant, as a concurrency limit does), and an empty body, or what a
+///   [`refusal`](TooManyRequestsLayer::refusal) hook makes of it;
 /// * gRPC (a request whose `content-type` starts with `application/grpc`):
-///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
-///   `grpc-message` and the same `Retry-After`, as tonic clients expect;
+///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`, or 14,
+///   `UNAVAILABLE`, with
+///   [`grpc_unavailable`](TooManyRequestsLayer::grpc_unavailable)), a
+///   `grpc-message` saying which limit refused, the same `Retry-After` and
+///   the wait in `grpc-retry-pushback-ms`, as tonic clients expect;
 /// * once it [`advertise`](TooManyRequestsLayer::advertise)s the limit,
 ///   `RateLimit` and `RateLimit-Policy` headers too, read from the key's
 ///   limiter, and on admitted responses as well with
