@@ -97,7 +97,8 @@
 //! | `http` | the `http` module: upstream feedback, retries, `429` answers, permits held by bodies |
 //! | `axum` | `http`, and axum's `ConnectInfo` as the peer of a request |
 //! | `tonic` | `http`, and tonic's `TcpConnectInfo` as the peer of a request |
-//! | `fast-clock` (default) | [`Clock::fast`](clock::Clock::fast), the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
+//! | `reqwest-middleware` | `http`, and `http::LimitMiddleware`: the limits, the upstream feedback and the retries for a `reqwest_middleware` client |
+//! | `fast-clock` (default) | [`Clock::fast`], the default clock outside paused tokio time, reads the CPU's time-stamp counter (through `quanta`) instead of the system's monotonic clock |
 //! | `metrics` | counters, a histogram and a gauge of observed layers, and gauges of named keyed and adaptive limiters, through the `metrics` facade |
 //! | `redis` | `store::RedisStore` |
 //! | `redis-cluster` | `redis`, and Redis Cluster for `store::RedisStore` |
@@ -144,13 +145,14 @@
 //! * **Cancellation is safe.** A [`Permit`] records completion when dropped,
 //!   so a call whose future is dropped releases what it held; a reservation
 //!   never used is refunded, on every store.
-//! * **Fast clock, testable time.** Limiters read [`Clock::fast`](clock::Clock::fast) (the CPU's
+//! * **Fast clock, testable time.** Limiters read [`Clock::fast`] (the CPU's
 //!   time-stamp counter, with the default `fast-clock` feature) unless they
 //!   are built under paused tokio time: then they read tokio's clock, so
 //!   `tokio::time::pause` drives them. One built before time is paused
 //!   needs `.with_clock(Clock::tokio())` to follow it.
 //!
 //! [tower]: https://docs.rs/tower
+//! [`Clock::fast`]: clock::Clock::fast
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -9,7 +9,7 @@
 //! many. Each second, the example prints what the upstream served and
 //! refused, and the client's adapted rate.
 //!
-//! Run it with `cargo run -p integration --example adaptive_client --features http`.
+//! Run it with `cargo run -p integration --example adaptive_client --features axum`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

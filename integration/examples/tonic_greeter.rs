@@ -152,14 +152,9 @@ where
     T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
 {
-    let request = tonic::Request::new(HelloRequest {
-        name: name.to_owned(),
-    });
-    let path = PathAndQuery::from_static(SAY_HELLO);
-    let codec = ProstCodec::<HelloRequest, HelloReply>::default();
-    match client.unary(request, path, codec).await {
-        Ok(reply) => {
-            println!("{}", reply.into_inner().message);
+    match greet(client, name).await {
+        Ok(message) => {
+            println!("{message}");
             Code::Ok
         }
         Err(status) => {
@@ -167,6 +162,24 @@ where
             status.code()
         }
     }
+}
+
+/// Calls `SayHello` through `client`, which is ready; the greeting, or the
+/// status of the refusal.
+pub async fn greet<T>(client: &mut tonic::client::Grpc<T>, name: &str) -> Result<String, Status>
+where
+    T: tonic::client::GrpcService<Body>,
+    T::Error: Into<BoxError>,
+    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
+{
+    let request = tonic::Request::new(HelloRequest {
+        name: name.to_owned(),
+    });
+    let path = PathAndQuery::from_static(SAY_HELLO);
+    let codec = ProstCodec::<HelloRequest, HelloReply>::default();
+    let reply = client.unary(request, path, codec).await?;
+    Ok(reply.into_inner().message)
 }
 
 #[tokio::main]

@@ -38,10 +38,12 @@ async fn hyper_client_succeeds_through_a_tight_upstream_with_few_429s() {
     assert!((1..=8).contains(&summary.refused), "{summary:?}");
 }
 
+#[cfg(feature = "reqwest-middleware")]
 #[path = "../examples/reqwest_client.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod reqwest_client;
 
+#[cfg(feature = "reqwest-middleware")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reqwest_client_is_refused_once_then_obeys_the_pause() {
     let summary = reqwest_client::run(6).await.expect("the example runs");

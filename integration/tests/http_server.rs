@@ -1,5 +1,5 @@
 //! The server side: over-limit requests get 429 (gRPC: RESOURCE_EXHAUSTED)
-//! with correct headers at once, requests take their cost (413 for one that
+//! with correct headers at once, or what a hook shapes from them, requests take their cost (413 for one that
 //! can never fit), forged forwarded-for headers mint no new keys, and a
 //! streaming body keeps its slot until it ends.
 #![cfg(feature = "http")]
@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Channel, Full};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tower_limits::error::LimiterError;
+use tower_limits::error::{LimiterError, Rejected};
 use tower_limits::http::{
     ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, TooManyRequestsLayer, TrustedProxies,
 };
@@ -63,6 +64,15 @@ where
     service.ready().await.unwrap().call(request).await.unwrap()
 }
 
+/// The whole body of `response`.
+async fn body_of<B>(response: Response<B>) -> Bytes
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    response.into_body().collect().await.unwrap().to_bytes()
+}
+
 fn with_header(mut request: Request<()>, name: &'static str, value: &str) -> Request<()> {
     request
         .headers_mut()
@@ -104,19 +114,112 @@ async fn over_limit_requests_get_429_with_retry_after_and_ratelimit_headers() {
         refused.headers()["ratelimit-policy"],
         "\"default\";q=2;w=10"
     );
-    assert!(
-        refused
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .is_empty()
-    );
+    assert!(body_of(refused).await.is_empty());
 
     // Another peer has its own limit.
     let other = send(&mut service, from("198.51.100.7:1000")).await;
     assert_eq!(other.status(), StatusCode::OK);
+}
+
+/// A JSON API shapes its refusals: its own body and content type, a header
+/// of its own, the `Retry-After` and `RateLimit` headers kept; a hook that
+/// removes a header removes it.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_hook_answers_json_and_keeps_the_rate_limit_headers() {
+    let layer = TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_secs(10)))
+        .advertise("default")
+        .unwrap()
+        .refusal(|rejected: &Rejected, mut head: Response<()>| {
+            let headers = head.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert("x-error-code", HeaderValue::from_static("quota"));
+            headers.remove("ratelimit-policy");
+            let wait = rejected.retry_at().map(|at| at - Instant::now());
+            let body = serde_json::json!({
+                "error": "too_many_requests",
+                "retry_after_ms": wait.map(|wait| wait.as_millis() as u64),
+            });
+            head.map(|()| Full::new(Bytes::from(body.to_string())))
+        });
+    let mut service = layer.layer(hello());
+
+    let admitted = send(&mut service, from("192.0.2.1:1000")).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+    let body = body_of(admitted).await;
+    assert_eq!(&body[..], b"hello"); // admitted responses are untouched
+
+    tokio::time::advance(Duration::from_secs(4)).await;
+    let refused = send(&mut service, from("192.0.2.1:1001")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let headers = refused.headers();
+    assert_eq!(headers[CONTENT_TYPE], "application/json");
+    assert_eq!(headers["x-error-code"], "quota");
+    assert_eq!(headers["retry-after"], "6");
+    assert_eq!(headers["ratelimit"], "\"default\";r=0;t=6");
+    assert!(headers.get("ratelimit-policy").is_none());
+    let body = body_of(refused).await;
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"error": "too_many_requests", "retry_after_ms": 6000})
+    );
+}
+
+/// A gRPC call keeps its trailers-only status whatever the HTTP hook does,
+/// and carries the wait twice: `Retry-After` and `grpc-retry-pushback-ms`.
+#[tokio::test(start_paused = true)]
+async fn a_grpc_refusal_is_a_status_with_pushback_despite_the_hook() {
+    let layer = TooManyRequestsLayer::new(per_peer_rate(1, Duration::from_secs(10)))
+        .refusal(|_: &Rejected, head: Response<()>| head.map(|()| Full::new(Bytes::from("{}"))));
+    let mut service = layer.layer(hello());
+    let grpc = |peer| with_header(from(peer), "content-type", "application/grpc");
+
+    send(&mut service, grpc("192.0.2.1:1000")).await;
+    let refused = send(&mut service, grpc("192.0.2.1:1001")).await;
+    assert_eq!(refused.status(), StatusCode::OK);
+    let headers = refused.headers();
+    assert_eq!(headers["grpc-status"], "8");
+    assert_eq!(
+        headers["grpc-message"],
+        "rate limited: retry after 10000 ms"
+    );
+    assert_eq!(headers["grpc-retry-pushback-ms"], "10000");
+    assert_eq!(headers["retry-after"], "10");
+    assert!(body_of(refused).await.is_empty());
+}
+
+/// A reject-mode layer's refusal, in its HTTP form: the hook's answer with
+/// `Retry-After` (1 s for a concurrency limit, which names no instant),
+/// while a wait past the maximum stays an error.
+#[tokio::test(start_paused = true)]
+async fn a_reject_layers_refusal_is_answered_by_the_hook() {
+    let limiter = ConcurrencyLimiter::new(1).unwrap();
+    let layer = HttpLimitLayer::new(LimitLayer::new(limiter.clone()).reject()).refusal(
+        |rejected: &Rejected, head: Response<()>| {
+            let body = format!("{{\"error\":\"{rejected}\"}}");
+            head.map(|()| Full::new(Bytes::from(body)))
+        },
+    );
+    let mut service = layer.layer(hello());
+
+    let running = send(&mut service, Request::new(())).await; // holds the slot
+    let refused = send(&mut service, Request::new(())).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = body_of(refused).await;
+    assert_eq!(
+        &body[..],
+        br#"{"error":"concurrency limit reached: retry when a running call completes"}"#
+    );
+    drop(running);
+    let admitted = send(&mut service, Request::new(())).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+
+    let waiting = HttpLimitLayer::new(LimitLayer::new(limiter).max_wait(Duration::from_secs(1)))
+        .refusal(|_: &Rejected, head: Response<()>| head.map(|()| Full::new(Bytes::new())));
+    let mut service = waiting.layer(hello());
+    let error = service.ready().await.unwrap().call(Request::new(())).await;
+    assert!(error.unwrap_err().is::<tower_limits::error::Elapsed>());
 }
 
 /// A limiter that counts how often its state is read.

@@ -182,7 +182,7 @@ async fn reject_mode_fails_with_the_instant_to_retry() {
         .as_ref()
         .unwrap_err()
         .downcast_ref::<Rejected>()
-        .copied();
+        .cloned();
     assert_eq!(rejected, Some(Rejected::new(Some(start + ms(1000)))));
 }
 

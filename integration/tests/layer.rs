@@ -108,14 +108,14 @@ fn assert_pending<T: fmt::Debug>(poll: Poll<T>) {
 #[track_caller]
 fn expect_refusal<E, L>(service: &mut MockLimit<L>) -> E
 where
-    E: std::error::Error + Copy + 'static,
+    E: std::error::Error + Clone + 'static,
     L: Limiter + Clone,
 {
     assert_ready_ok(service.poll_ready());
     let mut call = std::pin::pin!(service.call("refused"));
     match poll_once(call.as_mut()) {
         Poll::Ready(Err(error)) => match error.downcast_ref::<E>() {
-            Some(error) => *error,
+            Some(error) => error.clone(),
             None => panic!("expected {}, got {error:?}", std::any::type_name::<E>()),
         },
         other => panic!(

@@ -1,8 +1,8 @@
 //! The README's integration snippets, verbatim, run against loopback peers:
 //! an axum server limited per client IP, a hyper client obeying its
-//! upstream's 429s, a tonic server limited per client. Each snippet sits
-//! between `README:begin` and `README:end` lines, and the first test checks
-//! that the README shows exactly that text.
+//! upstream's 429s, the same with reqwest-middleware, a tonic server limited
+//! per client. Each snippet sits between `README:begin` and `README:end`
+//! lines, and the first test checks that the README shows exactly that text.
 #![cfg(all(feature = "axum", feature = "tonic"))]
 // The client example brings the loopback upstream of `examples/common`.
 #![allow(clippy::duplicate_mod)]
@@ -67,7 +67,7 @@ fn snippets() -> Vec<(String, String)> {
 fn the_readme_shows_each_snippet_as_tested() {
     let readme = include_str!("../../README.md");
     let snippets = snippets();
-    assert_eq!(snippets.len(), 3, "three integrations");
+    assert_eq!(snippets.len(), 4, "four integrations");
     for (name, text) in snippets {
         assert!(
             readme.contains(&text),
@@ -141,6 +141,36 @@ async fn client_snippet_pauses_on_its_upstreams_429s() -> Result<(), BoxError> {
     // dozens of times.
     let refused = upstream.refused.load(Ordering::SeqCst);
     assert!(refused <= 3, "{refused} refusals for 12 successes");
+    Ok(())
+}
+
+#[cfg(feature = "reqwest-middleware")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reqwest_snippet_pauses_and_retries_its_upstreams_429s() -> Result<(), BoxError> {
+    use tower_limits::http::LimitMiddleware;
+
+    // An upstream allowing 4 a second, which the client does not know.
+    let upstream = common::Upstream::serve(4, Duration::from_secs(1)).await?;
+    let uri = format!("http://{}/", upstream.addr);
+    let rate = RateLimiter::builder("upstream", 50, Duration::from_secs(1))
+        .without_backoff()
+        .build()?;
+
+    // README:begin reqwest
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(LimitMiddleware::new(rate)) // limit, Retry-After feedback, retries
+        .build();
+    // README:end
+
+    for _ in 0..12 {
+        let response = client.get(&uri).send().await?;
+        assert_eq!(response.status(), StatusCode::OK); // refusals were retried
+    }
+    let refused = upstream.refused.load(Ordering::SeqCst);
+    assert!(
+        (1..=3).contains(&refused),
+        "{refused} refusals for 12 successes"
+    );
     Ok(())
 }
 

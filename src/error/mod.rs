@@ -534,7 +534,7 @@ impl std::error::Error for Overloaded {
         static STATUS: OnceLock<tonic::Status> = OnceLock::new();
         Some(grpc::shared_status(
             &STATUS,
-            "too many callers are waiting for the limiter",
+            "queue full: too many callers are waiting for the limiter",
         ))
     }
 }
@@ -550,9 +550,11 @@ impl std::error::Error for Overloaded {
 ///
 /// assert!(Elapsed::new(None).to_string().contains("maximum wait"));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Elapsed {
     retry_at: Option<Instant>,
+    #[cfg(feature = "tonic")]
+    status: grpc::LazyStatus,
 }
 
 impl Elapsed {
@@ -568,7 +570,11 @@ impl Elapsed {
     /// assert_eq!(Elapsed::new(None).retry_at(), None);
     /// ```
     pub fn new(retry_at: Option<Instant>) -> Self {
-        Self { retry_at }
+        Self {
+            retry_at,
+            #[cfg(feature = "tonic")]
+            status: grpc::LazyStatus::default(),
+        }
     }
 
     /// When the limiter would have admitted the caller, if it said.
@@ -609,15 +615,13 @@ impl fmt::Display for Elapsed {
 }
 
 impl std::error::Error for Elapsed {
-    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`, for
+    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`
+    /// with this error's message, and the time until the retry in
+    /// `grpc-retry-pushback-ms` and `retry-after` when it is known, for
     /// tonic to find.
     #[cfg(feature = "tonic")]
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        static STATUS: OnceLock<tonic::Status> = OnceLock::new();
-        Some(grpc::shared_status(
-            &STATUS,
-            "the limiter's wait would pass the maximum wait",
-        ))
+        Some(self.status.get(self, self.retry_at))
     }
 }
 
@@ -632,11 +636,13 @@ impl std::error::Error for Elapsed {
 ///
 /// let rejected = Rejected::new(None);
 /// assert_eq!(rejected.retry_at(), None);
-/// assert_eq!(rejected.to_string(), "rate limited: retry when a running call completes");
+/// assert_eq!(rejected.to_string(), "concurrency limit reached: retry when a running call completes");
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejected {
     retry_at: Option<Instant>,
+    #[cfg(feature = "tonic")]
+    status: grpc::LazyStatus,
 }
 
 impl Rejected {
@@ -653,7 +659,11 @@ impl Rejected {
     /// # }
     /// ```
     pub fn new(retry_at: Option<Instant>) -> Self {
-        Self { retry_at }
+        Self {
+            retry_at,
+            #[cfg(feature = "tonic")]
+            status: grpc::LazyStatus::default(),
+        }
     }
 
     /// The earliest instant at which a retry may be admitted, if known.
@@ -691,25 +701,42 @@ impl Rejected {
     }
 }
 
+impl Rejected {
+    /// What refused: a limit that names when to retry is a rate, one that
+    /// waits for a running call to complete a concurrency limit.
+    pub(crate) fn refused_by(&self) -> &'static str {
+        match self.retry_at {
+            Some(_) => "rate limited",
+            None => "concurrency limit reached",
+        }
+    }
+}
+
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.retry_at {
             Some(at) => write!(
                 f,
-                "rate limited: retry in {:?}",
+                "{}: retry in {:?}",
+                self.refused_by(),
                 at.saturating_duration_since(Instant::now())
             ),
-            None => f.write_str("rate limited: retry when a running call completes"),
+            None => write!(
+                f,
+                "{}: retry when a running call completes",
+                self.refused_by()
+            ),
         }
     }
 }
 
 impl std::error::Error for Rejected {
-    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`, for
+    /// With the `tonic` feature, a `RESOURCE_EXHAUSTED` `tonic::Status`
+    /// with this error's message, and the time until the retry in
+    /// `grpc-retry-pushback-ms` and `retry-after` when it is known, for
     /// tonic to find.
     #[cfg(feature = "tonic")]
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        static STATUS: OnceLock<tonic::Status> = OnceLock::new();
-        Some(grpc::shared_status(&STATUS, "rate limited"))
+        Some(self.status.get(self, self.retry_at))
     }
 }

@@ -4,15 +4,17 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use http::Response;
+use http::{HeaderMap, Response};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::LimitBody;
-use crate::error::BoxError;
+use super::server::{DefaultRefusal, MakeRefusal, rejection};
+use crate::error::{BoxError, Rejected};
 use crate::limit::future::CallOrRefusal;
 use crate::limit::{Limit, LimitLayer};
 use crate::limiter::{Limiter, Permit};
@@ -48,9 +50,28 @@ use crate::limiter::{Limiter, Permit};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug)]
-pub struct HttpLimitLayer<L> {
+pub struct HttpLimitLayer<L, R = DefaultRefusal> {
     layer: LimitLayer<L>,
+    /// Answers the refusals of reject mode instead of failing, when set.
+    refusal: Option<Arc<R>>,
+}
+
+impl<L: fmt::Debug, R> fmt::Debug for HttpLimitLayer<L, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpLimitLayer")
+            .field("layer", &self.layer)
+            .field("refusal", &self.refusal.is_some())
+            .finish()
+    }
+}
+
+impl<L: Clone, R> Clone for HttpLimitLayer<L, R> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+            refusal: self.refusal.clone(),
+        }
+    }
 }
 
 impl<L> HttpLimitLayer<L> {
@@ -70,9 +91,55 @@ impl<L> HttpLimitLayer<L> {
     /// # }
     /// ```
     pub fn new(layer: LimitLayer<L>) -> Self {
-        Self { layer }
+        Self {
+            layer,
+            refusal: None,
+        }
     }
 
+    /// In [reject mode](LimitLayer::reject), answers a refused request
+    /// with what `refusal` builds ([`MakeRefusal`]) from the decision and
+    /// the default answer, `429 Too Many Requests` with `Retry-After`,
+    /// instead of failing with [`Rejected`]: the HTTP form of the refusal,
+    /// as [`TooManyRequestsLayer::refusal`](super::TooManyRequestsLayer::refusal)
+    /// gives. Pass [`DefaultRefusal`] for the default answer as it is. The
+    /// other failures (a wait past the maximum, a full line, a store
+    /// error) stay errors. Leave gRPC services without it: tonic turns the
+    /// [`Rejected`] error into a status itself.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Rejected;
+    /// use tower_limits::http::HttpLimitLayer;
+    /// use tower_limits::{GcraLimiter, LimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
+    /// let limiter = GcraLimiter::new(1, Duration::from_secs(5))?;
+    /// let layer = HttpLimitLayer::new(LimitLayer::new(limiter).reject())
+    ///     .refusal(|_: &Rejected, head: Response<()>| head.map(|()| "slow down"));
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new("hello"))
+    /// }));
+    ///
+    /// service.ready().await?.call(Request::new(())).await?;
+    /// let refused = service.ready().await?.call(Request::new(())).await?;
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()["retry-after"], "5");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refusal<R>(self, refusal: R) -> HttpLimitLayer<L, R> {
+        HttpLimitLayer {
+            layer: self.layer,
+            refusal: Some(Arc::new(refusal)),
+        }
+    }
+}
+
+impl<L, R> HttpLimitLayer<L, R> {
     /// The limiter, shared by every service the layer builds.
     ///
     /// ```
@@ -96,12 +163,13 @@ impl<L> From<LimitLayer<L>> for HttpLimitLayer<L> {
     }
 }
 
-impl<S, L: Limiter + Clone> Layer<S> for HttpLimitLayer<L> {
-    type Service = HttpLimit<S, L>;
+impl<S, L: Limiter + Clone, R> Layer<S> for HttpLimitLayer<L, R> {
+    type Service = HttpLimit<S, L, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         HttpLimit {
             limit: self.layer.layer(inner),
+            refusal: self.refusal.clone(),
         }
     }
 }
@@ -115,11 +183,12 @@ impl<S, L: Limiter + Clone> Layer<S> for HttpLimitLayer<L> {
 ///
 /// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the
 /// last `call`, as [`Limit`] does.
-pub struct HttpLimit<S, L: Limiter> {
+pub struct HttpLimit<S, L: Limiter, R = DefaultRefusal> {
     limit: Limit<S, L>,
+    refusal: Option<Arc<R>>,
 }
 
-impl<S, L: Limiter> HttpLimit<S, L> {
+impl<S, L: Limiter, R> HttpLimit<S, L, R> {
     /// The inner service.
     ///
     /// ```
@@ -135,31 +204,34 @@ impl<S, L: Limiter> HttpLimit<S, L> {
     }
 }
 
-impl<S: Clone, L: Limiter + Clone> Clone for HttpLimit<S, L> {
+impl<S: Clone, L: Limiter + Clone, R> Clone for HttpLimit<S, L, R> {
     fn clone(&self) -> Self {
         Self {
             limit: self.limit.clone(),
+            refusal: self.refusal.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, L: Limiter + fmt::Debug> fmt::Debug for HttpLimit<S, L> {
+impl<S: fmt::Debug, L: Limiter + fmt::Debug, R> fmt::Debug for HttpLimit<S, L, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpLimit")
             .field("limit", &self.limit)
+            .field("refusal", &self.refusal.is_some())
             .finish()
     }
 }
 
-impl<S, L, Request, B> Service<Request> for HttpLimit<S, L>
+impl<S, L, R, Request, B> Service<Request> for HttpLimit<S, L, R>
 where
     S: Service<Request, Response = Response<B>>,
     S::Error: Into<BoxError>,
     L: Limiter + Clone,
+    R: MakeRefusal<B>,
 {
     type Response = Response<LimitBody<B>>;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.limit.poll_ready(cx)
@@ -170,7 +242,11 @@ where
             Ok((future, permit)) => (CallOrRefusal::call(future), Some(permit)),
             Err(error) => (CallOrRefusal::refusal(error), None),
         };
-        ResponseFuture { inner, permit }
+        ResponseFuture {
+            inner,
+            permit,
+            refusal: self.refusal.clone(),
+        }
     }
 }
 
@@ -197,17 +273,19 @@ pin_project! {
     /// # Ok(())
     /// # }
     /// ```
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<F, R = DefaultRefusal> {
         #[pin]
         inner: CallOrRefusal<F>,
         permit: Option<Permit>,
+        refusal: Option<Arc<R>>,
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, B, E, R> Future for ResponseFuture<F, R>
 where
     F: Future<Output = Result<Response<B>, E>>,
     E: Into<BoxError>,
+    R: MakeRefusal<B>,
 {
     type Output = Result<Response<LimitBody<B>>, BoxError>;
 
@@ -215,13 +293,24 @@ where
         let this = self.project();
         let output = ready!(this.inner.poll(cx));
         let permit = this.permit.take(); // released here on failure
-        let response = output?;
+        let response = match (output, &permit, this.refusal.as_deref()) {
+            (Ok(response), _, _) => response,
+            // The layer's own refusal (no permit), with a hook to answer it.
+            (Err(error), None, Some(refusal)) => match error.downcast::<Rejected>() {
+                Ok(rejected) => {
+                    let head = rejection(&rejected, HeaderMap::new());
+                    return Poll::Ready(Ok(refusal.make_refusal(&rejected, head)));
+                }
+                Err(error) => return Poll::Ready(Err(error)),
+            },
+            (Err(error), _, _) => return Poll::Ready(Err(error)),
+        };
         let permit = permit.expect("http::limit::ResponseFuture polled after completion");
         Poll::Ready(Ok(response.map(|body| LimitBody::new(body, permit))))
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<F, R> fmt::Debug for ResponseFuture<F, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("permit", &self.permit)

@@ -7,7 +7,8 @@
 //! | [`FeedbackLayer`] | client | on `429`/`503` with `Retry-After`, or an exhausted `RateLimit` quota, pauses every caller sharing the limiter |
 //! | [`RetryPolicy`] | client | a `tower::retry` policy: retries `429`/`503` after the advertised time, with a budget and a maximum of attempts; gives up with [`RetryLater`] |
 //! | [`HttpLimitLayer`] | both | a [`LimitLayer`](crate::LimitLayer) whose calls run until their response bodies end ([`LimitBody`]) |
-//! | [`TooManyRequestsLayer`] | server | per client (peer address, or a key of yours): over the limit, `429` (gRPC `RESOURCE_EXHAUSTED`) with `Retry-After` and `RateLimit` headers, at once |
+//! | [`TooManyRequestsLayer`] | server | per client (peer address, or a key of yours): over the limit, `429` (gRPC `RESOURCE_EXHAUSTED`, or `UNAVAILABLE`) with `Retry-After` and `RateLimit` headers, at once, or the answer a [hook](TooManyRequestsLayer::refusal) shapes |
+//! | `LimitMiddleware` (feature `reqwest-middleware`) | client | the limit, the feedback and the retries above as one `reqwest_middleware::Middleware` |
 //! | [`Advice`], [`RetryAfter`], [`RateLimitStatus`], [`RateLimitPolicy`] | both | the header parsers and writers |
 //!
 //! # A client that obeys its upstream
@@ -61,6 +62,8 @@ mod body;
 mod error;
 pub mod feedback;
 pub mod limit;
+#[cfg(feature = "reqwest-middleware")]
+mod middleware;
 mod peer;
 mod ratelimit;
 mod retry;
@@ -73,6 +76,9 @@ pub use body::LimitBody;
 pub use error::{InvalidHeader, RetryLater};
 pub use feedback::{Feedback, FeedbackLayer};
 pub use limit::{HttpLimit, HttpLimitLayer};
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub use middleware::LimitMiddleware;
 pub use peer::{ForwardedHeader, KeyOf, PeerAddr, PeerKey, TrustedProxies};
 pub use ratelimit::{RateLimitPolicy, RateLimitStatus};
 pub use retry::RetryPolicy;

@@ -1,6 +1,6 @@
 //! [`TooManyRequestsLayer`]: a server answers over-limit requests at once
 //! with `429 Too Many Requests` (gRPC: `RESOURCE_EXHAUSTED`), `Retry-After`
-//! and `RateLimit` headers.
+//! and `RateLimit` headers; [`MakeRefusal`] shapes that answer.
 
 use std::fmt;
 use std::future::Future;
@@ -25,8 +25,8 @@ use super::ratelimit::{
     RATELIMIT, RATELIMIT_POLICY, RateLimitPolicy, RateLimitStatus, checked_name,
 };
 use super::retry_after::RetryAfter;
-use crate::error::{ConfigError, CostTooHigh, LimiterError};
-use crate::limiter::{Admission, Limiter};
+use crate::error::{ConfigError, CostTooHigh, LimiterError, Rejected};
+use crate::limiter::{Admission, Limiter, Permit};
 use crate::limiters::KeyedLimiter;
 
 /// The `Retry-After` of a denial that names no instant (a concurrency
@@ -40,16 +40,22 @@ const GRPC_INVALID_ARGUMENT: &str = "3";
 const GRPC_UNAVAILABLE: &str = "14";
 /// gRPC's `INTERNAL`.
 const GRPC_INTERNAL: &str = "13";
+/// gRPC server pushback (gRFC A6), in milliseconds.
+const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// Limits a server per client (peer address by default) and answers an
 /// over-limit request at once, without calling the service:
 ///
 /// * HTTP: `429 Too Many Requests` with `Retry-After` in whole seconds,
 ///   rounded up (never `0` for a positive wait; `1` when the limit names no
-///   instant, as a concurrency limit does);
+///   instant, as a concurrency limit does), and an empty body, or what a
+///   [`refusal`](TooManyRequestsLayer::refusal) hook makes of it;
 /// * gRPC (a request whose `content-type` starts with `application/grpc`):
-///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
-///   `grpc-message` and the same `Retry-After`, as tonic clients expect;
+///   `200 OK` with `grpc-status: 8` (`RESOURCE_EXHAUSTED`, or 14,
+///   `UNAVAILABLE`, with
+///   [`grpc_unavailable`](TooManyRequestsLayer::grpc_unavailable)), a
+///   `grpc-message` saying which limit refused, the same `Retry-After` and
+///   the wait in `grpc-retry-pushback-ms`, as tonic clients expect;
 /// * once it [`advertise`](TooManyRequestsLayer::advertise)s the limit,
 ///   `RateLimit` and `RateLimit-Policy` headers too, read from the key's
 ///   limiter, and on admitted responses as well with
@@ -118,11 +124,14 @@ const GRPC_INTERNAL: &str = "13";
 /// # Ok(())
 /// # }
 /// ```
-pub struct TooManyRequestsLayer<K, L, X = PeerKey> {
+pub struct TooManyRequestsLayer<K, L, X = PeerKey, R = DefaultRefusal> {
     keyed: KeyedLimiter<K, L>,
     key_of: Arc<X>,
     cost_of: Option<Arc<CostOf>>,
     advertise: Arc<Advertise>,
+    refusal: Arc<R>,
+    /// gRPC's `UNAVAILABLE` on refusals instead of `RESOURCE_EXHAUSTED`.
+    grpc_unavailable: bool,
     /// Whether a request without a key was logged already.
     keyless_logged: Arc<AtomicBool>,
 }
@@ -187,10 +196,14 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
             key_of: Arc::new(key_of),
             cost_of: None,
             advertise: Arc::default(),
+            refusal: Arc::new(DefaultRefusal),
+            grpc_unavailable: false,
             keyless_logged: Arc::default(),
         }
     }
+}
 
+impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// Charges each request `cost_of(&request_head)` units of its key's
     /// limit instead of 1: a batch endpoint, a large upload, an LLM
     /// request's declared token budget. The head is what there is before
@@ -331,6 +344,102 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
         self
     }
 
+    /// Answers requests over the limit with what `refusal` builds from the
+    /// decision and the default answer ([`MakeRefusal`]): its own status,
+    /// body and headers. The default answer's `Retry-After` and `RateLimit`
+    /// headers stay unless the hook removes them. gRPC calls keep their
+    /// trailers-only status (see
+    /// [`grpc_unavailable`](TooManyRequestsLayer::grpc_unavailable)); the
+    /// other answers (`413`, `503`, `500`) are unchanged.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use http::header::CONTENT_TYPE;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::error::Rejected;
+    /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
+    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_peer = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(10))?).build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer).refusal(
+    ///     |rejected: &Rejected, mut head: Response<()>| {
+    ///         head.headers_mut().insert(CONTENT_TYPE, "application/json".parse().unwrap());
+    ///         head.map(|()| format!(r#"{{"error":"{rejected}"}}"#))
+    ///     },
+    /// );
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+    /// }));
+    /// let request = || {
+    ///     let peer = PeerAddr("192.0.2.1:5000".parse().unwrap());
+    ///     Request::builder().extension(peer).body(()).unwrap()
+    /// };
+    /// service.ready().await?.call(request()).await?;
+    /// let refused = service.ready().await?.call(request()).await?;
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()["content-type"], "application/json");
+    /// assert_eq!(refused.headers()["retry-after"], "10");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refusal<R2>(self, refusal: R2) -> TooManyRequestsLayer<K, L, X, R2> {
+        TooManyRequestsLayer {
+            keyed: self.keyed,
+            key_of: self.key_of,
+            cost_of: self.cost_of,
+            advertise: self.advertise,
+            refusal: Arc::new(refusal),
+            grpc_unavailable: self.grpc_unavailable,
+            keyless_logged: self.keyless_logged,
+        }
+    }
+
+    /// Answers gRPC calls over the limit `UNAVAILABLE` (`grpc-status: 14`),
+    /// which gRPC clients retry by themselves and Envoy expects, instead of
+    /// `RESOURCE_EXHAUSTED` (8). Either way the answer carries
+    /// `grpc-retry-pushback-ms` and `retry-after` (the wait, or 1 s when
+    /// the limit names no instant) and a message saying which limit
+    /// refused.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
+    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_peer = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(2))?).build()?;
+    /// let layer = TooManyRequestsLayer::new(per_peer).grpc_unavailable();
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(()))
+    /// }));
+    /// let call = || {
+    ///     Request::builder()
+    ///         .header("content-type", "application/grpc")
+    ///         .extension(PeerAddr("192.0.2.1:5000".parse().unwrap()))
+    ///         .body(())
+    ///         .unwrap()
+    /// };
+    /// service.ready().await?.call(call()).await?;
+    /// let refused = service.ready().await?.call(call()).await?;
+    /// assert_eq!(refused.headers()["grpc-status"], "14");
+    /// assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "2000");
+    /// assert_eq!(refused.headers()["grpc-message"], "rate limited: retry after 2000 ms");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn grpc_unavailable(mut self) -> Self {
+        self.grpc_unavailable = true;
+        self
+    }
+
     /// The keyed limiter, for handles to keys' limiters.
     ///
     /// ```
@@ -350,29 +459,32 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     }
 }
 
-impl<K, L, X> Clone for TooManyRequestsLayer<K, L, X> {
+impl<K, L, X, R> Clone for TooManyRequestsLayer<K, L, X, R> {
     fn clone(&self) -> Self {
         Self {
             keyed: self.keyed.clone(),
             key_of: Arc::clone(&self.key_of),
             cost_of: self.cost_of.clone(),
             advertise: Arc::clone(&self.advertise),
+            refusal: Arc::clone(&self.refusal),
+            grpc_unavailable: self.grpc_unavailable,
             keyless_logged: Arc::clone(&self.keyless_logged),
         }
     }
 }
 
-impl<K, L, X> fmt::Debug for TooManyRequestsLayer<K, L, X> {
+impl<K, L, X, R> fmt::Debug for TooManyRequestsLayer<K, L, X, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TooManyRequestsLayer")
             .field("keyed", &self.keyed)
             .field("advertise", &self.advertise)
+            .field("grpc_unavailable", &self.grpc_unavailable)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, K, L, X> Layer<S> for TooManyRequestsLayer<K, L, X> {
-    type Service = TooManyRequests<S, K, L, X>;
+impl<S, K, L, X, R> Layer<S> for TooManyRequestsLayer<K, L, X, R> {
+    type Service = TooManyRequests<S, K, L, X, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         TooManyRequests {
@@ -384,12 +496,12 @@ impl<S, K, L, X> Layer<S> for TooManyRequestsLayer<K, L, X> {
 
 /// A service that answers over-limit requests with 429; built by
 /// [`TooManyRequestsLayer`], which has an example.
-pub struct TooManyRequests<S, K, L, X = PeerKey> {
+pub struct TooManyRequests<S, K, L, X = PeerKey, R = DefaultRefusal> {
     inner: S,
-    layer: TooManyRequestsLayer<K, L, X>,
+    layer: TooManyRequestsLayer<K, L, X, R>,
 }
 
-impl<S: Clone, K, L, X> Clone for TooManyRequests<S, K, L, X> {
+impl<S: Clone, K, L, X, R> Clone for TooManyRequests<S, K, L, X, R> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -398,7 +510,7 @@ impl<S: Clone, K, L, X> Clone for TooManyRequests<S, K, L, X> {
     }
 }
 
-impl<S: fmt::Debug, K, L, X> fmt::Debug for TooManyRequests<S, K, L, X> {
+impl<S: fmt::Debug, K, L, X, R> fmt::Debug for TooManyRequests<S, K, L, X, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TooManyRequests")
             .field("inner", &self.inner)
@@ -407,7 +519,7 @@ impl<S: fmt::Debug, K, L, X> fmt::Debug for TooManyRequests<S, K, L, X> {
     }
 }
 
-impl<S, K, L, X, ReqB, ResB> Service<Request<ReqB>> for TooManyRequests<S, K, L, X>
+impl<S, K, L, X, R, ReqB, ResB> Service<Request<ReqB>> for TooManyRequests<S, K, L, X, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send,
@@ -416,6 +528,7 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     L: Limiter + Clone,
     X: KeyOf<K>,
+    R: MakeRefusal<ResB>,
 {
     type Response = Response<LimitBody<ResB>>;
     type Error = S::Error;
@@ -446,16 +559,19 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let keyed = self.layer.keyed.clone();
         let advertise = Arc::clone(&self.layer.advertise);
+        let shape = Arc::clone(&self.layer.refusal);
+        let grpc_code = self.layer.grpc_refusal_code();
         let admission = keyed.try_acquire_many(&key, cost);
         let future = async move {
             let permit = match admission.await {
                 Ok(Admission::Granted(permit)) => permit,
                 Ok(Admission::Denied(denial)) => {
-                    let wait = denial.retry_at().map_or(UNKNOWN_WAIT, |at| {
-                        at.saturating_duration_since(Instant::now())
-                    });
-                    let headers = advertise.headers(&keyed, &key).await;
-                    return Ok(rejection(wait, grpc, headers));
+                    let rejected = Rejected::new(denial.retry_at());
+                    let head = rejection(&rejected, advertise.headers(&keyed, &key).await);
+                    if grpc {
+                        return Ok(grpc_rejection(head, &rejected, grpc_code));
+                    }
+                    return Ok(shape.make_refusal(&rejected, head));
                 }
                 Err(error) => return Ok(refusal(&error, grpc)),
             };
@@ -474,7 +590,16 @@ where
     }
 }
 
-impl<K, L, X> TooManyRequestsLayer<K, L, X> {
+impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
+    /// The `grpc-status` of a refused gRPC call.
+    fn grpc_refusal_code(&self) -> &'static str {
+        if self.grpc_unavailable {
+            GRPC_UNAVAILABLE
+        } else {
+            GRPC_RESOURCE_EXHAUSTED
+        }
+    }
+
     /// Logs, the first time only, that a request had no key.
     fn keyless(&self) {
         if !self.keyless_logged.swap(true, Ordering::Relaxed) {
@@ -488,24 +613,106 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     }
 }
 
-/// The answer to a request denied for `wait`, with the `RateLimit` headers
-/// `advertised`.
-fn rejection<B>(wait: Duration, grpc: bool, advertised: HeaderMap) -> Response<LimitBody<B>> {
-    let wait = wait.max(Duration::from_nanos(1)); // a denial is never "now"
-    let retry_after = RetryAfter::header_value(wait);
-    let message = format!(
-        "rate limited: retry after {} s",
-        retry_after.to_str().unwrap_or("1")
-    );
-    let mut response = Response::new(LimitBody::empty());
-    response.headers_mut().insert(RETRY_AFTER, retry_after);
-    response.headers_mut().extend(advertised);
-    if grpc {
-        grpc_status(&mut response, GRPC_RESOURCE_EXHAUSTED, &message);
-    } else {
-        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    }
+/// The HTTP answer to a request `rejected`, before any hook shapes it:
+/// `429` with `Retry-After` and the `RateLimit` headers `advertised`.
+pub(super) fn rejection(rejected: &Rejected, advertised: HeaderMap) -> Response<()> {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = response.headers_mut();
+    headers.insert(RETRY_AFTER, RetryAfter::header_value(retry_after(rejected)));
+    headers.extend(advertised);
     response
+}
+
+/// The wait a `Retry-After` announces for `rejected`: never "now", and 1 s
+/// when the limit names no instant.
+fn retry_after(rejected: &Rejected) -> Duration {
+    let wait = rejected.retry_at().map_or(UNKNOWN_WAIT, |at| {
+        at.saturating_duration_since(Instant::now())
+    });
+    wait.max(Duration::from_nanos(1))
+}
+
+/// The gRPC answer to a call `rejected`: `head`'s headers, `grpc-status`
+/// `code`, a message saying what refused, and the wait in
+/// `grpc-retry-pushback-ms` too.
+fn grpc_rejection<B>(
+    head: Response<()>,
+    rejected: &Rejected,
+    code: &'static str,
+) -> Response<LimitBody<B>> {
+    let mut response = head.map(|()| LimitBody::empty());
+    *response.status_mut() = StatusCode::OK;
+    let wait = retry_after(rejected);
+    let pushback = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+    response
+        .headers_mut()
+        .insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from(pushback));
+    let message = format!("{}: retry after {} ms", rejected.refused_by(), pushback);
+    grpc_status(&mut response, code, &message);
+    response
+}
+
+/// Builds the HTTP answer of [`TooManyRequestsLayer`] to a request over the
+/// limit, from the decision ([`Rejected`]: when to retry, `None` for a
+/// concurrency limit) and the default answer: `429 Too Many Requests` with
+/// an empty body, `Retry-After` and, once the layer
+/// [`advertise`](TooManyRequestsLayer::advertise)s, the `RateLimit`
+/// headers. Set with [`TooManyRequestsLayer::refusal`], or
+/// [`HttpLimitLayer::refusal`](super::HttpLimitLayer::refusal) for a layer
+/// in reject mode (whose default answer has no `RateLimit` headers); any
+/// `Fn(&Rejected, Response<()>) -> Response<B>` is one, and so is
+/// [`DefaultRefusal`].
+///
+/// ```
+/// use http::{Response, StatusCode};
+/// use tower_limits::error::Rejected;
+/// use tower_limits::http::server::MakeRefusal;
+///
+/// let shape = |_: &Rejected, head: Response<()>| head.map(|()| String::from("slow down"));
+/// let response = shape.make_refusal(&Rejected::new(None), Response::new(()));
+/// assert_eq!(response.status(), StatusCode::OK); // the hook keeps the head it was given
+/// ```
+pub trait MakeRefusal<B>: Send + Sync + 'static {
+    /// The answer to a request `rejected`, from the default answer `head`.
+    ///
+    /// ```
+    /// use http::Response;
+    /// use http_body::Body;
+    /// use tower_limits::error::Rejected;
+    /// use tower_limits::http::server::{DefaultRefusal, MakeRefusal};
+    ///
+    /// let response: Response<_> =
+    ///     MakeRefusal::<String>::make_refusal(&DefaultRefusal, &Rejected::new(None), Response::new(()));
+    /// assert!(response.body().is_end_stream());
+    /// ```
+    fn make_refusal(&self, rejected: &Rejected, head: Response<()>) -> Response<LimitBody<B>>;
+}
+
+impl<B, F> MakeRefusal<B> for F
+where
+    F: Fn(&Rejected, Response<()>) -> Response<B> + Send + Sync + 'static,
+{
+    fn make_refusal(&self, rejected: &Rejected, head: Response<()>) -> Response<LimitBody<B>> {
+        self(rejected, head).map(|body| LimitBody::new(body, Permit::unit()))
+    }
+}
+
+/// The default [`MakeRefusal`]: the default answer, with an empty body.
+///
+/// ```
+/// use tower_limits::http::server::DefaultRefusal;
+///
+/// let refusal = DefaultRefusal;
+/// # let _ = refusal;
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefaultRefusal;
+
+impl<B> MakeRefusal<B> for DefaultRefusal {
+    fn make_refusal(&self, _: &Rejected, head: Response<()>) -> Response<LimitBody<B>> {
+        head.map(|()| LimitBody::empty())
+    }
 }
 
 impl Advertise {

@@ -39,7 +39,7 @@ const NEGLIGIBLE: f64 = 0.001;
 /// changes, or is shared with other clients: a quota-limited API whose plan
 /// you do not control, a proxy with its own limit. Put it behind a
 /// [`LimitLayer`](crate::LimitLayer) for pacing and give it to
-/// [`FeedbackLayer::adaptive`](crate::http::FeedbackLayer::adaptive)
+/// `http::FeedbackLayer::adaptive`
 /// (feature `http`), which reports every response; or report them yourself
 /// with [`record_refusal`](Self::record_refusal),
 /// [`record_success`](Self::record_success) and
@@ -74,7 +74,7 @@ const NEGLIGIBLE: f64 = 0.001;
 ///   slowly at first.
 ///
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
-/// as it is: [`FeedbackLayer`](crate::http::FeedbackLayer) pauses the
+/// as it is: `http::FeedbackLayer` pauses the
 /// limiter ([`set_next_available_time`](Limiter::set_next_available_time))
 /// on top of the decrease. The climb starts when the pause ends: the time
 /// nobody may use the rate is counted once, not again as unused time.
