@@ -172,6 +172,11 @@ pub mod rate;
 mod start_log;
 pub mod store;
 
+/// The README's Rust examples, run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 pub use limit::{Limit, LimitLayer};
 pub use limiter::{Limiter, LimiterExt, Permit};
 pub use limiters::{
