@@ -7,7 +7,6 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower_layer::Layer;
 
@@ -238,86 +237,67 @@ assert_eq!(shadow.stats().map(|stats| stats.granted), Some(1));
 # }"
     );
 
-    /// Past `max_waiting` callers waiting in all, a request fails at once
-    /// with [`Overloaded`](crate::error::Overloaded).
-    ///
-    /// A caller that holds the turn (it asks the limiter next) is not
-    /// waiting: with `max_waiting(1)`, one caller waits for the limiter, one
-    /// waits behind it, and the next is turned away, whatever its key. With
-    /// a limiter that answers after a round trip, callers whose retry is in
-    /// flight count; a caller's first attempt does not.
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Overloaded;
-    /// use tower_limits::limit::FairLimitLayer;
-    /// use tower_limits::DelayLimiter;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// // Calls start at least a second apart, whatever their tenant.
-    /// let shared = DelayLimiter::new(Duration::from_secs(1))?;
-    /// let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_waiting(1);
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// let start = Instant::now();
-    /// service.ready().await?.call(1).await?; // admitted at once
-    /// let second = tokio::spawn(service.ready().await?.call(2)); // waits for the limiter
-    /// let third = tokio::spawn(service.ready().await?.call(3)); // waits behind it
-    /// tokio::task::yield_now().await;
-    ///
-    /// let Err(error) = service.ready().await?.call(4).await else {
-    ///     unreachable!("one caller is already waiting");
-    /// };
-    /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
-    ///
-    /// assert_eq!(second.await??, 2);
-    /// assert_eq!(third.await??, 3);
-    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_waiting(mut self, max_waiting: usize) -> Self {
-        self.options.max_waiting = Some(max_waiting);
-        self
-    }
+    waiting_methods! {
+        max_waiting: "in all, whatever their key", "A caller that holds the turn (it asks the limiter next) is not
+waiting: with `max_waiting(1)`, one caller waits for the limiter, one
+waits behind it, and the next is turned away, whatever its key. With
+a limiter that answers after a round trip, callers whose retry is in
+flight count; a caller's first attempt does not.",
+        "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Overloaded;
+use tower_limits::limit::FairLimitLayer;
+use tower_limits::DelayLimiter;
 
-    /// A request waits at most `max_wait` for admission, then fails with
-    /// [`Elapsed`](crate::error::Elapsed) (at once if the limiter names a
-    /// later instant).
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Elapsed;
-    /// use tower_limits::limit::FairLimitLayer;
-    /// use tower_limits::DelayLimiter;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let shared = DelayLimiter::new(Duration::from_secs(10))?;
-    /// let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_wait(Duration::from_secs(1));
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// let start = Instant::now();
-    /// service.ready().await?.call(1).await?;
-    /// let Err(error) = service.ready().await?.call(2).await else {
-    ///     unreachable!("the next call is 10 s away");
-    /// };
-    /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
-    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
-    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.options.max_wait = Some(max_wait);
-        self
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+// Calls start at least a second apart, whatever their tenant.
+let shared = DelayLimiter::new(Duration::from_secs(1))?;
+let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_waiting(1);
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+let start = Instant::now();
+service.ready().await?.call(1).await?; // admitted at once
+let second = tokio::spawn(service.ready().await?.call(2)); // waits for the limiter
+let third = tokio::spawn(service.ready().await?.call(3)); // waits behind it
+tokio::task::yield_now().await;
+
+let Err(error) = service.ready().await?.call(4).await else {
+    unreachable!(\"one caller is already waiting\");
+};
+assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
+
+assert_eq!(second.await??, 2);
+assert_eq!(third.await??, 3);
+assert_eq!(start.elapsed(), Duration::from_secs(2));
+# Ok(())
+# }";
+        max_wait: "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Elapsed;
+use tower_limits::limit::FairLimitLayer;
+use tower_limits::DelayLimiter;
+
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let shared = DelayLimiter::new(Duration::from_secs(10))?;
+let layer = FairLimitLayer::new(shared, |tenant: &u32| *tenant).max_wait(Duration::from_secs(1));
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+let start = Instant::now();
+service.ready().await?.call(1).await?;
+let Err(error) = service.ready().await?.call(2).await else {
+    unreachable!(\"the next call is 10 s away\");
+};
+let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
+assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
+# Ok(())
+# }";
     }
 }
 

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower_layer::Layer;
 
@@ -167,123 +166,94 @@ impl<K, L, F, C, G> KeyedLimitLayer<K, L, F, C, G> {
         }
     }
 
-    /// Past `max_waiting` callers waiting on one key, a request for that key
-    /// fails at once with [`Overloaded`](crate::error::Overloaded).
-    ///
-    /// The admitted caller does not count: with `max_waiting(1)`, one call
-    /// of a key runs, one waits, and the next is turned away. What counts
-    /// with a limiter that answers after a round trip is said in
-    /// [`LimitLayer::max_waiting`](super::LimitLayer::max_waiting).
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Overloaded;
-    /// use tower_limits::limit::KeyedLimitLayer;
-    /// use tower_limits::{DelayLimiter, KeyedLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// // Calls of one tenant start at least a second apart.
-    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(1))?).build()?;
-    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &&'static str| *tenant).max_waiting(1);
-    /// let mut service = layer.layer(service_fn(|tenant: &'static str| async move {
-    ///     Ok::<_, Infallible>(tenant)
-    /// }));
-    ///
-    /// let start = Instant::now();
-    /// service.ready().await?.call("acme").await?; // admitted at once
-    /// let waiter = tokio::spawn(service.ready().await?.call("acme"));
-    /// tokio::task::yield_now().await; // the second acme call waits
-    ///
-    /// let Err(error) = service.ready().await?.call("acme").await else {
-    ///     unreachable!("one acme call is already waiting");
-    /// };
-    /// assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
-    /// service.ready().await?.call("globex").await?; // other tenants are not affected
-    ///
-    /// waiter.await??;
-    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_waiting(mut self, max_waiting: usize) -> Self {
-        self.options.max_waiting = Some(max_waiting);
-        self
-    }
+    waiting_methods! {
+        max_waiting: "for the request's key", "The admitted caller does not count: with `max_waiting(1)`, one call
+of a key runs, one waits, and the next is turned away. What counts
+with a limiter that answers after a round trip is said in
+[`LimitLayer::max_waiting`](super::LimitLayer::max_waiting).",
+        "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Overloaded;
+use tower_limits::limit::KeyedLimitLayer;
+use tower_limits::{DelayLimiter, KeyedLimiter};
 
-    /// A request waits at most `max_wait` for admission, then fails with
-    /// [`Elapsed`](crate::error::Elapsed) (at once if the key's limiter names
-    /// a later instant).
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Elapsed;
-    /// use tower_limits::limit::KeyedLimitLayer;
-    /// use tower_limits::{DelayLimiter, KeyedLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
-    ///     .build()?;
-    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
-    ///     .max_wait(Duration::from_secs(1));
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// let start = Instant::now();
-    /// service.ready().await?.call(7).await?;
-    /// let Err(error) = service.ready().await?.call(7).await else {
-    ///     unreachable!("tenant 7's next call is 10 s away");
-    /// };
-    /// let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
-    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
-    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.options.max_wait = Some(max_wait);
-        self
-    }
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+// Calls of one tenant start at least a second apart.
+let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(1))?).build()?;
+let layer = KeyedLimitLayer::new(per_tenant, |tenant: &&'static str| *tenant).max_waiting(1);
+let mut service = layer.layer(service_fn(|tenant: &'static str| async move {
+    Ok::<_, Infallible>(tenant)
+}));
 
-    /// Never wait: a request its key's limiter denies fails at once with
-    /// [`Rejected`](crate::error::Rejected).
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Rejected;
-    /// use tower_limits::limit::KeyedLimitLayer;
-    /// use tower_limits::{DelayLimiter, KeyedLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
-    ///     .build()?;
-    /// let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant).reject();
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// let start = Instant::now();
-    /// service.ready().await?.call(7).await?;
-    /// let Err(error) = service.ready().await?.call(7).await else {
-    ///     unreachable!("tenant 7's next call is 10 s away");
-    /// };
-    /// let retry_at = error.downcast_ref::<Rejected>().and_then(Rejected::retry_at);
-    /// assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
-    /// assert_eq!(service.ready().await?.call(8).await?, 8); // another tenant's first call
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn reject(mut self) -> Self {
-        self.options.reject = true;
-        self
+let start = Instant::now();
+service.ready().await?.call(\"acme\").await?; // admitted at once
+let waiter = tokio::spawn(service.ready().await?.call(\"acme\"));
+tokio::task::yield_now().await; // the second acme call waits
+
+let Err(error) = service.ready().await?.call(\"acme\").await else {
+    unreachable!(\"one acme call is already waiting\");
+};
+assert_eq!(error.downcast_ref::<Overloaded>().map(Overloaded::waiting), Some(1));
+service.ready().await?.call(\"globex\").await?; // other tenants are not affected
+
+waiter.await??;
+assert_eq!(start.elapsed(), Duration::from_secs(1));
+# Ok(())
+# }";
+        max_wait: "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Elapsed;
+use tower_limits::limit::KeyedLimitLayer;
+use tower_limits::{DelayLimiter, KeyedLimiter};
+
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
+    .build()?;
+let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant)
+    .max_wait(Duration::from_secs(1));
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+let start = Instant::now();
+service.ready().await?.call(7).await?;
+let Err(error) = service.ready().await?.call(7).await else {
+    unreachable!(\"tenant 7's next call is 10 s away\");
+};
+let retry_at = error.downcast_ref::<Elapsed>().and_then(Elapsed::retry_at);
+assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
+# Ok(())
+# }";
+        reject: "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Rejected;
+use tower_limits::limit::KeyedLimitLayer;
+use tower_limits::{DelayLimiter, KeyedLimiter};
+
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let per_tenant = KeyedLimiter::of(DelayLimiter::new(Duration::from_secs(10))?)
+    .build()?;
+let layer = KeyedLimitLayer::new(per_tenant, |tenant: &u32| *tenant).reject();
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+let start = Instant::now();
+service.ready().await?.call(7).await?;
+let Err(error) = service.ready().await?.call(7).await else {
+    unreachable!(\"tenant 7's next call is 10 s away\");
+};
+let retry_at = error.downcast_ref::<Rejected>().and_then(Rejected::retry_at);
+assert_eq!(retry_at, Some(start + Duration::from_secs(10)));
+assert_eq!(service.ready().await?.call(8).await?, 8); // another tenant's first call
+# Ok(())
+# }";
     }
 
     observing_methods!(

@@ -1,7 +1,6 @@
 //! [`LimitLayer`], which wraps services in [`Limit`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower_layer::Layer;
 
@@ -68,111 +67,78 @@ impl<L> LimitLayer<L> {
         }
     }
 
-    /// Past `max_waiting` callers already waiting, a caller fails at once
-    /// with [`Overloaded`](crate::error::Overloaded) (from `call`; its
-    /// `poll_ready` is ready at once) instead of queueing
-    /// without bound. 0 means never wait.
-    ///
-    /// The count includes the caller at the head of the line and, with a
-    /// limiter that answers after a round trip, callers whose retry is in
-    /// flight; not a caller's first attempt (see the
-    /// [module docs](crate::limit#limiters-that-answer-after-a-round-trip)).
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Overloaded;
-    /// use tower_limits::{ConcurrencyLimiter, LimitLayer};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let layer = LimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(0);
-    /// let mut first = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    /// let mut second = first.clone();
-    ///
-    /// first.ready().await?; // takes the only slot
-    /// let Err(error) = second.ready().await?.call(2).await else {
-    ///     unreachable!("the slot is taken and nobody may wait");
-    /// };
-    /// assert!(error.is::<Overloaded>());
-    ///
-    /// first.call(1).await?; // the slot is free again
-    /// assert_eq!(second.ready().await?.call(2).await?, 2);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_waiting(mut self, max_waiting: usize) -> Self {
-        self.options.max_waiting = Some(max_waiting);
-        self
-    }
+    waiting_methods! {
+        max_waiting: "in the layer's line", "The count includes the caller at the head of the line and, with a
+limiter that answers after a round trip, callers whose retry is in
+flight; not a caller's first attempt (see the
+[module docs](crate::limit#limiters-that-answer-after-a-round-trip)).",
+        "use std::convert::Infallible;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Overloaded;
+use tower_limits::{ConcurrencyLimiter, LimitLayer};
 
-    /// A caller waits at most `max_wait` in all, then fails with
-    /// [`Elapsed`](crate::error::Elapsed); it fails at once when the limiter
-    /// names an instant past that deadline.
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Elapsed;
-    /// use tower_limits::{DelayLimiter, LimitLayer};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let limiter = DelayLimiter::new(Duration::from_secs(10))?;
-    /// let layer = LimitLayer::new(limiter).max_wait(Duration::from_secs(5));
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// service.ready().await?.call(1).await?;
-    /// let start = Instant::now();
-    /// let Err(error) = service.ready().await?.call(2).await else {
-    ///     unreachable!("the next start is 10 s away");
-    /// };
-    /// assert!(error.is::<Elapsed>());
-    /// assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.options.max_wait = Some(max_wait);
-        self
-    }
+# #[tokio::main(flavor = \"current_thread\")]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let layer = LimitLayer::new(ConcurrencyLimiter::new(1)?).max_waiting(0);
+let mut first = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+let mut second = first.clone();
 
-    /// Reject mode: never wait; a denied caller's `poll_ready` is ready at
-    /// once and its `call` fails with
-    /// [`Rejected`](crate::error::Rejected), which carries the instant at
-    /// which to retry. For servers that shed load instead of queueing.
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::error::Rejected;
-    /// use tower_limits::{LimitLayer, RateLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
-    ///     .without_backoff()
-    ///     .build()?;
-    /// let layer = LimitLayer::new(limiter).reject();
-    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
-    ///
-    /// service.ready().await?.call(1).await?;
-    /// let Err(error) = service.ready().await?.call(2).await else {
-    ///     unreachable!("one call a second");
-    /// };
-    /// assert!(error.is::<Rejected>());
-    ///
-    /// tokio::time::advance(Duration::from_secs(1)).await;
-    /// assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn reject(mut self) -> Self {
-        self.options.reject = true;
-        self
+first.ready().await?; // takes the only slot
+let Err(error) = second.ready().await?.call(2).await else {
+    unreachable!(\"the slot is taken and nobody may wait\");
+};
+assert!(error.is::<Overloaded>());
+
+first.call(1).await?; // the slot is free again
+assert_eq!(second.ready().await?.call(2).await?, 2);
+# Ok(())
+# }";
+        max_wait: "use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Elapsed;
+use tower_limits::{DelayLimiter, LimitLayer};
+
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let limiter = DelayLimiter::new(Duration::from_secs(10))?;
+let layer = LimitLayer::new(limiter).max_wait(Duration::from_secs(5));
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+service.ready().await?.call(1).await?;
+let start = Instant::now();
+let Err(error) = service.ready().await?.call(2).await else {
+    unreachable!(\"the next start is 10 s away\");
+};
+assert!(error.is::<Elapsed>());
+assert_eq!(start.elapsed(), Duration::ZERO); // failed without waiting
+# Ok(())
+# }";
+        reject: "use std::convert::Infallible;
+use std::time::Duration;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_limits::error::Rejected;
+use tower_limits::{LimitLayer, RateLimiter};
+
+# #[tokio::main(flavor = \"current_thread\", start_paused = true)]
+# async fn main() -> Result<(), tower_limits::error::BoxError> {
+let limiter = RateLimiter::builder(\"api\", 1, Duration::from_secs(1))
+    .without_backoff()
+    .build()?;
+let layer = LimitLayer::new(limiter).reject();
+let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
+
+service.ready().await?.call(1).await?;
+let Err(error) = service.ready().await?.call(2).await else {
+    unreachable!(\"one call a second\");
+};
+assert!(error.is::<Rejected>());
+
+tokio::time::advance(Duration::from_secs(1)).await;
+assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
+# Ok(())
+# }";
     }
 
     /// Observes the layer's decisions under `name`: counts

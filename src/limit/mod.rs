@@ -177,6 +177,54 @@ macro_rules! observing_methods {
     };
 }
 
+/// The waiting bounds of a layer that has an `options` field, written once:
+/// `max_waiting` (callers waiting `$scope`, counted as `$counting` says),
+/// `max_wait` and, where the layer has it, `reject`, each documented with
+/// its example on that layer.
+macro_rules! waiting_methods {
+    (
+        max_waiting: $scope:literal, $counting:literal, $max_waiting:literal;
+        max_wait: $max_wait:literal;
+        $(reject: $reject:literal;)?
+    ) => {
+        #[doc = concat!(
+            "Past `max_waiting` callers waiting ", $scope, ", a caller fails at once with ",
+            "[`Overloaded`](crate::error::Overloaded) (from `call`; its `poll_ready` is ready ",
+            "at once) instead of queueing without bound. 0 means never wait.\n\n",
+            $counting,
+            "\n\n```\n", $max_waiting, "\n```"
+        )]
+        pub fn max_waiting(mut self, max_waiting: usize) -> Self {
+            self.options.max_waiting = Some(max_waiting);
+            self
+        }
+
+        #[doc = concat!(
+            "A caller waits at most `max_wait` for admission in all, then fails with ",
+            "[`Elapsed`](crate::error::Elapsed), which carries the instant the limiter named; ",
+            "it fails at once when the limiter names an instant past that deadline.",
+            "\n\n```\n", $max_wait, "\n```"
+        )]
+        pub fn max_wait(mut self, max_wait: std::time::Duration) -> Self {
+            self.options.max_wait = Some(max_wait);
+            self
+        }
+
+        $(
+            #[doc = concat!(
+                "Reject mode: never wait; a denied caller's `poll_ready` is ready at once and ",
+                "its `call` fails with [`Rejected`](crate::error::Rejected), which carries the ",
+                "instant at which to retry. For servers that shed load instead of queueing.",
+                "\n\n```\n", $reject, "\n```"
+            )]
+            pub fn reject(mut self) -> Self {
+                self.options.reject = true;
+                self
+            }
+        )?
+    };
+}
+
 mod cost;
 mod costs;
 mod fair;
