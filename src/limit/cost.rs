@@ -156,32 +156,12 @@ impl<L: fmt::Debug, C, G> fmt::Debug for CostLimitLayer<L, C, G> {
 }
 
 impl<S, L: Clone, C, G> Layer<S> for CostLimitLayer<L, C, G> {
-    type Service = CostLimit<S, L, C, G>;
+    type Service = PerRequest<S, Self>;
 
     fn layer(&self, inner: S) -> Self::Service {
         PerRequest::new(inner, self.clone())
     }
 }
-
-/// A service limited by a [`CostLimitLayer`]: each request takes its cost
-/// from one shared limiter.
-///
-/// ```
-/// use std::convert::Infallible;
-/// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::limit::CostLimit;
-/// use tower_limits::{LimitLayer, ConcurrencyLimiter};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// // Eight worker slots; a job takes as many as it has threads.
-/// let layer = LimitLayer::new(ConcurrencyLimiter::new(8)?).cost(|threads: &u32| *threads);
-/// let mut service = layer.layer(service_fn(|threads: u32| async move { Ok::<_, Infallible>(threads) }));
-/// assert_eq!(service.ready().await?.call(3).await?, 3);
-/// # Ok(())
-/// # }
-/// ```
-pub type CostLimit<S, L, C, G = KeepEstimate> = PerRequest<S, CostLimitLayer<L, C, G>>;
 
 impl<L, C, G> Sealed for CostLimitLayer<L, C, G> {}
 

@@ -325,32 +325,12 @@ impl<K, L: fmt::Debug, F, C, G> fmt::Debug for FairLimitLayer<K, L, F, C, G> {
 }
 
 impl<S, K, L: Clone, F, C, G> Layer<S> for FairLimitLayer<K, L, F, C, G> {
-    type Service = FairLimit<S, K, L, F, C, G>;
+    type Service = PerRequest<S, Self>;
 
     fn layer(&self, inner: S) -> Self::Service {
         PerRequest::new(inner, self.clone())
     }
 }
-
-/// A service sharing one limiter fairly among request keys; built by
-/// [`FairLimitLayer`], whose docs have more examples.
-///
-/// ```
-/// use std::convert::Infallible;
-/// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::limit::{FairLimit, FairLimitLayer};
-/// use tower_limits::NullLimiter;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// let mut service: FairLimit<_, _, _, _> = FairLimitLayer::new(NullLimiter, |n: &u32| n % 2)
-///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
-/// assert_eq!(service.ready().await?.call(21).await?, 42);
-/// # Ok(())
-/// # }
-/// ```
-pub type FairLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
-    PerRequest<S, FairLimitLayer<K, L, F, C, G>>;
 
 impl<K, L, F, C, G> Sealed for FairLimitLayer<K, L, F, C, G> {}
 

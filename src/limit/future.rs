@@ -147,7 +147,8 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 }
 
 /// The response future of the layers that admit each request when it is
-/// called, such as [`KeyedLimit`](super::KeyedLimit): admission, then readiness of (a clone
+/// called ([`PerRequest`](super::PerRequest), the service of the keyed, fair and
+/// cost-weighted layers): admission, then readiness of (a clone
 /// of) the inner service, then the call. An admission not used by a call,
 /// because the future was dropped or the inner service failed, is refunded.
 ///

@@ -321,7 +321,7 @@ impl<K, L, F, C, G> Clone for KeyedLimitLayer<K, L, F, C, G> {
 }
 
 impl<S, K, L, F, C, G> Layer<S> for KeyedLimitLayer<K, L, F, C, G> {
-    type Service = KeyedLimit<S, K, L, F, C, G>;
+    type Service = PerRequest<S, Self>;
 
     fn layer(&self, inner: S) -> Self::Service {
         PerRequest::new(inner, self.clone())
@@ -336,27 +336,6 @@ impl<K, L, F, C, G> fmt::Debug for KeyedLimitLayer<K, L, F, C, G> {
             .finish_non_exhaustive()
     }
 }
-
-/// A service whose requests are admitted by the limiter of their key; built
-/// by [`KeyedLimitLayer`], whose docs have more examples.
-///
-/// ```
-/// use std::convert::Infallible;
-/// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_limits::limit::{KeyedLimit, KeyedLimitLayer};
-/// use tower_limits::{KeyedLimiter, NullLimiter};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-/// let keyed = KeyedLimiter::builder(|_: &u32| NullLimiter).build()?;
-/// let mut service: KeyedLimit<_, _, _, _> = KeyedLimitLayer::new(keyed, |n: &u32| n % 2)
-///     .layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n * 2) }));
-/// assert_eq!(service.ready().await?.call(21).await?, 42);
-/// # Ok(())
-/// # }
-/// ```
-pub type KeyedLimit<S, K, L, F, C = UnitCost, G = KeepEstimate> =
-    PerRequest<S, KeyedLimitLayer<K, L, F, C, G>>;
 
 impl<K, L, F, C, G> Sealed for KeyedLimitLayer<K, L, F, C, G> {}
 

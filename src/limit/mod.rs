@@ -242,10 +242,10 @@ use std::time::Duration;
 
 use observe::{Hook, Observer};
 
-pub use cost::{CostLimit, CostLimitLayer};
+pub use cost::CostLimitLayer;
 pub use costs::{KeepEstimate, RequestCost, ResponseCost, UnitCost};
-pub use fair::{FairLimit, FairLimitLayer};
-pub use keyed::{KeyedLimit, KeyedLimitLayer};
+pub use fair::FairLimitLayer;
+pub use keyed::KeyedLimitLayer;
 pub use layer::LimitLayer;
 pub use observe::{Decision, LayerStats, Outcome};
 pub use per_request::{AdmitRequest, PerRequest};

@@ -14,8 +14,9 @@ use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 
 /// How a per-request layer admits a request: implemented (only) by
-/// [`KeyedLimitLayer`](super::KeyedLimitLayer) and
-/// [`FairLimitLayer`](super::FairLimitLayer), which [`PerRequest`] serves;
+/// [`KeyedLimitLayer`](super::KeyedLimitLayer),
+/// [`FairLimitLayer`](super::FairLimitLayer) and
+/// [`CostLimitLayer`](super::CostLimitLayer), which [`PerRequest`] serves;
 /// see their docs for examples.
 ///
 /// Its [`admission`](AdmitRequest::admission) is what a call's response
@@ -72,8 +73,11 @@ pub(super) mod sealed {
 
 /// A service that admits each request when it is called: `poll_ready` is
 /// always ready; the response future waits for admission, then for (a clone
-/// of) the inner service, then calls it. Built by the per-request layers,
-/// whose docs have examples; their service types are aliases of this one.
+/// of) the inner service, then calls it. The one service of the
+/// per-request layers ([`KeyedLimitLayer`](super::KeyedLimitLayer),
+/// [`FairLimitLayer`](super::FairLimitLayer),
+/// [`CostLimitLayer`](super::CostLimitLayer)), named as
+/// `PerRequest<S, KeyedLimitLayer<..>>` and so on; their docs have examples.
 ///
 /// ```
 /// use std::convert::Infallible;
