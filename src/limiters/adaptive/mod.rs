@@ -1,8 +1,8 @@
 //! [`AdaptiveRateLimiter`]: a rate that follows what the upstream says,
 //! for limits the client does not know or that change.
 
-mod cubic;
 mod pacer;
+mod plateau;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 pub use self::pacer::{Pacer, SharedPacer};
 
-use self::cubic::{Curve, Signal, Tuning};
+use self::plateau::{Curve, Signal, Tuning};
 use self::pacer::WallClock;
 use super::GcraLimiter;
 use super::shared::spawn_or_warn;
@@ -29,6 +29,8 @@ const REFRESH: Duration = Duration::from_millis(50);
 const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
+/// How long the rate holds under an estimated capacity before it probes.
+const DEFAULT_HOLD: Duration = Duration::from_secs(20);
 /// A rate change smaller than this fraction is not applied.
 const NEGLIGIBLE: f64 = 0.001;
 
@@ -161,8 +163,9 @@ impl AdaptiveRateLimiter {
             floor: None,
             ceiling: None,
             burst: 1,
-            decrease: 0.7,
+            decrease: 0.5,
             queueing_delay: None,
+            hold: DEFAULT_HOLD,
             #[cfg(feature = "metrics")]
             name: None,
         }
@@ -354,7 +357,7 @@ impl<P: Pacer> Adaptive<P> {
 
     /// Follows the shared curve: takes its `state` if it is newer than the
     /// one this process mirrors, and paces at its rate.
-    fn mirror(&self, state: cubic::CurveState, version: u64) {
+    fn mirror(&self, state: plateau::CurveState, version: u64) {
         let now = Instant::now();
         let mut steering = self.steering();
         if version > steering.version {
@@ -568,6 +571,7 @@ pub struct AdaptiveRateLimiterBuilder {
     burst: u32,
     decrease: f64,
     queueing_delay: Option<Duration>,
+    hold: Duration,
     #[cfg(feature = "metrics")]
     name: Option<String>,
 }
@@ -663,6 +667,26 @@ impl AdaptiveRateLimiterBuilder {
     /// ```
     pub fn queueing_delay(mut self, delay: Duration) -> Self {
         self.queueing_delay = Some(delay);
+        self
+    }
+
+    /// How long the rate holds just under the upstream's estimated capacity
+    /// before it probes above it (default 20 s). Every probe the upstream
+    /// refuses costs the pause it asks for; a shorter hold finds a limit
+    /// that went up sooner, at the price of more refusals.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{AdaptiveRateLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = AdaptiveRateLimiter::builder(Rate::per_second(10)?).hold(Duration::from_secs(5));
+    /// # let _ = builder;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -837,9 +861,8 @@ impl AdaptiveRateLimiterBuilder {
             floor,
             ceiling,
             decrease: self.decrease,
-            gentle_decrease: 0.97,
-            growth: 0.4,
             queueing_delay: self.queueing_delay,
+            hold: self.hold,
         })
     }
 
