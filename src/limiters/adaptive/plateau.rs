@@ -42,7 +42,7 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// The least cut for a queueing delay.
 const GENTLE_DECREASE: f64 = 0.97;
 /// The share of the estimated capacity the rate holds at.
-const MARGIN: f64 = 0.97;
+const MARGIN: f64 = 0.98;
 /// How long the rate holds after a cut that estimated nothing (a refusal
 /// from far above, a queueing delay) before it probes.
 const SHORT_HOLD: Duration = Duration::from_secs(1);
@@ -53,6 +53,10 @@ const GROWTH: f64 = 0.006_25;
 /// Two refusals whose sending times (from their segments' starts) are
 /// closer than this do not tell the capacity apart from the burst.
 const MIN_SPAN: f64 = 0.2;
+/// Steps of the integral of the excess over a capacity.
+const INTEGRATION_STEPS: u32 = 200;
+/// Halvings of the interval the capacity is sought in: to a millionth.
+const BISECTIONS: u32 = 20;
 /// An estimate below this share of the rate refused is not believed (a
 /// bucket that did not refill, a skewed clock): the rate is cut by
 /// `decrease` instead.
@@ -121,7 +125,13 @@ impl CurveState {
     /// The rate at `now`, in calls per second, within the floor and the
     /// ceiling (and the stated quota).
     pub(super) fn rate(&self, tuning: &Tuning, now: Instant) -> f64 {
-        let t = self.probing(now);
+        let after = now.saturating_duration_since(self.origin).as_secs_f64();
+        self.rate_after(tuning, after)
+    }
+
+    /// The rate `after` seconds from the segment's start.
+    fn rate_after(&self, tuning: &Tuning, after: f64) -> f64 {
+        let t = (after - self.hold.as_secs_f64()).max(0.0);
         let curve = self.plateau * (1.0 + GROWTH * t * t * t);
         curve.min(self.ceiling(tuning)).max(tuning.floor)
     }
@@ -187,25 +197,72 @@ impl CurveState {
     }
 
     /// A call sent at `sent_at` was refused: the plateau moves just under
-    /// the capacity this refusal and the last one estimate; without an
-    /// estimate, to the plateau held before, if it held for a while before
-    /// the probe that was refused, or else to the rate refused times
-    /// `decrease`.
+    /// the capacity the upstream's line estimates, and holds there; without
+    /// an estimate, to the plateau held before if the refusal ended a probe
+    /// beyond it, or else to the rate refused times `decrease` (its square
+    /// for the first refusal: the starting rate was a guess), briefly.
     fn refuse(&mut self, sent_at: Instant, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
+        let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
         let point = Point {
-            after: sent_at.saturating_duration_since(self.origin).as_secs_f64(),
+            after,
             sent: self.sent_until(tuning, sent_at),
         };
-        let estimate = self.point.and_then(|last| capacity(last, point, rate));
+        let estimate = match self.point {
+            // The burst is known: the capacity is what it covers the excess
+            // over, whatever the curve's shape.
+            Some(Point { after: 0.0, sent }) => self
+                .capacity_beyond(sent, after, tuning)
+                .map(|capacity| (capacity, sent)),
+            Some(last) => capacity(last, point, rate)
+                .map(|capacity| (capacity, point.sent - capacity * point.after)),
+            None => None,
+        }
+        .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
         let (plateau, hold) = match estimate {
-            Some(capacity) => (capacity * MARGIN, tuning.hold),
+            Some((capacity, _)) => (capacity * MARGIN, tuning.hold),
             None if probed => (self.plateau, tuning.hold),
+            None if self.point.is_none() => (rate * tuning.decrease.powi(2), SHORT_HOLD),
             None => (rate * tuning.decrease, SHORT_HOLD),
         };
-        self.point = Some(point);
+        eprintln!("DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?} plateau {plateau:.1}", self.point);
+        // The line's intercept once it is known (the burst: a point at 0 s),
+        // else this refusal, to compare the next one with.
+        self.point = Some(estimate.map_or(point, |(_, burst)| Point {
+            after: 0.0,
+            sent: burst,
+        }));
         self.restart(plateau.min(rate), hold, now);
+    }
+
+    /// The capacity over which the calls sent in the first `after` seconds
+    /// of the segment exceed it by `burst`, the calls an upstream with a
+    /// full bucket serves beyond its rate before it refuses one: `None` if
+    /// even the floor is not exceeded that much.
+    fn capacity_beyond(&self, burst: f64, after: f64, tuning: &Tuning) -> Option<f64> {
+        let excess = |capacity: f64| {
+            let step = after / f64::from(INTEGRATION_STEPS);
+            (0..INTEGRATION_STEPS)
+                .map(|n| {
+                    let at = (f64::from(n) + 0.5) * step;
+                    (self.rate_after(tuning, at) - capacity).max(0.0) * step
+                })
+                .sum::<f64>()
+        };
+        let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after));
+        if excess(low) < burst {
+            return None;
+        }
+        for _ in 0..BISECTIONS {
+            let middle = (low + high) / 2.0;
+            if excess(middle) < burst {
+                high = middle;
+            } else {
+                low = middle;
+            }
+        }
+        Some(low)
     }
 
     /// Cuts the rate by the share of [`DRAIN`] a call waited in the
@@ -230,14 +287,15 @@ impl CurveState {
 }
 
 /// The capacity two refusals estimate (the slope of the line through
-/// them), if they are far enough apart and it is below the rate refused.
+/// them), if they are far enough apart and it is below the rate refused
+/// (each was sent above the capacity from its segment's start).
 fn capacity(last: Point, point: Point, rate: f64) -> Option<f64> {
     let span = point.after - last.after;
     if span.abs() < MIN_SPAN {
         return None;
     }
     let slope = (point.sent - last.sent) / span;
-    (slope >= rate * LEAST_ESTIMATE && slope < rate).then_some(slope)
+    (slope < rate).then_some(slope)
 }
 
 /// Whether a call sent at `sent_at` belongs to an overload that lasted
