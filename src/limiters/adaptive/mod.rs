@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub use self::pacer::{Pacer, SharedPacer};
@@ -117,6 +118,8 @@ struct Adaptive<P> {
     steering: Mutex<Steering>,
     /// Whether the curve is shared through the pacer's store.
     sharing: bool,
+    /// The signals on their way to the shared curve (see `publish`).
+    outbox: Mutex<Option<mpsc::UnboundedSender<Signal>>>,
     wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
@@ -299,12 +302,34 @@ impl<P: Pacer> Adaptive<P> {
             tracing::debug!(rate, ?signal, "adaptive rate changed");
             self.apply(rate);
             if self.sharing {
-                let this = Arc::clone(self);
-                spawn_or_warn("adaptive", "share a rate change", async move {
-                    this.share(signal).await;
-                });
+                self.publish(signal);
             }
         }
+    }
+
+    /// Queues `signal` for the shared curve. One task per limiter writes
+    /// them in the order they came: a refusal before the pause it asked
+    /// for, as the curve needs them (it measures from the pause's end).
+    fn publish(self: &Arc<Self>, signal: Signal) {
+        let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = outbox.as_ref()
+            && sender.send(signal).is_ok()
+        {
+            return;
+        }
+        let (sender, mut receiver) = mpsc::unbounded_channel();
+        // The receiver is alive: it is right here.
+        let _ = sender.send(signal);
+        let this = Arc::downgrade(self);
+        spawn_or_warn("adaptive", "share a rate change", async move {
+            while let Some(signal) = receiver.recv().await {
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                this.share(signal).await;
+            }
+        });
+        *outbox = Some(sender);
     }
 
     /// Writes `signal` into the shared curve: read, move, compare-and-set,
@@ -817,6 +842,7 @@ impl AdaptiveRateLimiterBuilder {
                 version: 0,
             }),
             sharing,
+            outbox: Mutex::new(None),
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),

@@ -228,11 +228,16 @@ impl CurveState {
         };
         eprintln!("DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?} plateau {plateau:.1}", self.point);
         // The line's intercept once it is known (the burst: a point at 0 s),
-        // else this refusal, to compare the next one with.
-        self.point = Some(estimate.map_or(point, |(_, burst)| Point {
-            after: 0.0,
-            sent: burst,
-        }));
+        // else this refusal, to compare the next one with (unless it was
+        // sent before the segment began: another process's pause).
+        self.point = match estimate {
+            Some((_, burst)) => Some(Point {
+                after: 0.0,
+                sent: burst,
+            }),
+            None if after > 0.0 => Some(point),
+            None => self.point,
+        };
         self.restart(plateau.min(rate), hold, now);
     }
 
