@@ -287,3 +287,4 @@ async fn an_adaptive_concurrency_limit_finds_a_queueing_upstream() {
         latencies.len()
     );
 }
+

@@ -193,7 +193,7 @@ impl FeedbackLayer {
     ///     .service(upstream);
     ///
     /// client.ready().await?.call(Request::new(())).await?;
-    /// assert_eq!(limiter.current_rate(), 70.0); // and a 100 ms pause
+    /// assert_eq!(limiter.current_rate(), 25.0); // and a 100 ms pause
     /// # Ok(())
     /// # }
     /// ```

@@ -23,6 +23,9 @@ use tower_limits::{AdaptiveRateLimiter, LimitLayer, Limiter, Rate};
 use super::nginx::{Logged, unix_now};
 use super::upstreams::{Kind, Upstream};
 
+/// How long the rate must hold 90 % of the limit for the client to have
+/// converged.
+const CONVERGED: f64 = 3.0;
 /// Callers in all, shared out between the processes.
 pub(crate) const CALLERS: usize = 50;
 /// The client starts this many times too fast.
@@ -304,9 +307,9 @@ impl Run {
             .unwrap_or(settled.refused);
         let to_90 = (0..)
             .map(|n| from + f64::from(n) * 0.1)
-            .take_while(|at| at + 1.0 <= to)
-            .find(|at| self.window(*at, at + 1.0).served as f64 >= 0.9 * limit)
-            .map(|at| at + 1.0 - from);
+            .take_while(|at| at + CONVERGED <= to)
+            .find(|at| self.window(*at, at + CONVERGED).rate() >= 0.9 * limit)
+            .map(|at| at - from);
         let refused_before_90 = to_90.map(|at| self.window(from, from + at).refused);
         Figures {
             limit,
@@ -348,7 +351,8 @@ pub(crate) struct Figures {
     pub(crate) settled_refused: usize,
     /// The most refused in any 10 s from 5 s on.
     pub(crate) refusals_per_10s: usize,
-    /// Seconds until a second served 90 % of the limit.
+    /// Seconds until the upstream served 90 % of the limit for
+    /// [`CONVERGED`].
     pub(crate) to_90: Option<f64>,
     /// Refused until then.
     pub(crate) refused_before_90: Option<usize>,
@@ -360,7 +364,7 @@ impl fmt::Display for Figures {
         write!(
             f,
             "limit {:>3}/s | whole {:>5.1}% | from 5 s {:>5.1}% | refused {:>3} of {:>4} ({:.1}%) | \
-             after 5 s {:>2}, most in 10 s {:>2} | 90% after {to_90}, {} refused before",
+             after 5 s {:>2}, most in 10 s {:>2} | 90% from {to_90}, {} refused before",
             self.limit,
             self.whole_share * 100.0,
             self.settled_share * 100.0,

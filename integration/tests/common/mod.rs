@@ -24,7 +24,7 @@
 
 pub(crate) mod cases;
 pub(crate) mod conformance;
-#[cfg(all(feature = "http", feature = "redis"))]
+#[cfg(feature = "http")]
 pub(crate) mod drive;
 pub(crate) mod nginx;
 #[cfg(feature = "postgres")]

@@ -31,7 +31,7 @@ const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
 /// How long the rate holds under an estimated capacity before it probes.
-const DEFAULT_HOLD: Duration = Duration::from_secs(20);
+const DEFAULT_HOLD: Duration = Duration::from_secs(30);
 /// A rate change smaller than this fraction is not applied.
 const NEGLIGIBLE: f64 = 0.001;
 
@@ -51,36 +51,51 @@ const NEGLIGIBLE: f64 = 0.001;
 /// # How the rate moves
 ///
 /// Calls are paced as by a [`GcraLimiter`] (evenly, with a burst of 1 by
-/// default) at the current rate, which follows the CUBIC curve of TCP CUBIC
-/// (RFC 9438) and of the AWS SDKs' adaptive retry mode:
+/// default) at the current rate, which holds on a plateau just under the
+/// upstream's capacity as the refusals estimate it, and probes above it
+/// rarely:
 ///
-/// * a **refusal** (a 429, a 503, an exhausted quota) multiplies the rate by
-///   [`decrease`](AdaptiveRateLimiterBuilder::decrease) (0.7 by default).
-///   Refusals of calls sent before the last decrease are the same overload
+/// * an upstream that limits a rate (a token bucket, GCRA, nginx's
+///   `limit_req`, with or without `nodelay`) serves, from a moment its
+///   bucket is full (the end of the pause it asked for), its burst `a` and
+///   then its capacity `C`: the first call it refuses was sent after
+///   `a + C·T` calls in `T` seconds. The **first refusal** cuts the rate
+///   to a quarter (by [`decrease`](AdaptiveRateLimiterBuilder::decrease),
+///   0.5 by default, squared: the starting rate was a guess); the
+///   **second**, sent at another rate after the pause, gives the line
+///   through both: `C` and `a`. From then on, **each refusal** tells the
+///   capacity by itself: the one over which the calls sent since the
+///   pause exceeded it by `a`;
+/// * with an estimate, the rate holds at 98 % of it for
+///   [`hold`](AdaptiveRateLimiterBuilder::hold) (30 s by default), then
+///   probes above it, by 5 % of the plateau 2 s after the hold, 40 % after
+///   4 s, twice after 5.4 s: a limit that went up is found, and one that
+///   did not refuses the probe, once, which gives a better estimate;
+///   without one (the upstream is not a bucket that refills), the rate is
+///   cut by `decrease` and probes again after a second, or, after a
+///   probe, returns to the plateau it held;
+/// * refusals of calls sent before the last decrease are the same overload
 ///   and do not decrease it again, so a burst of refusals is one decrease;
-/// * while calls succeed, the rate climbs back along
-///   `C·(t − K)³ + W`, where `W` is the rate that was refused and `K` the
-///   time to regain it: fast at first, flat near `W`, then probing beyond
-///   it, slowly and then faster, in case the limit went up;
 /// * the rate only grows while it is in use (callers were waiting for it),
 ///   so a client that sends little is not allowed a rate it never tried;
 /// * a **stated quota** (`RateLimit-Policy`) is adopted at once, and the
 ///   rate stays at or below it;
 /// * with [`queueing_delay`](AdaptiveRateLimiterBuilder::queueing_delay),
 ///   a success whose latency exceeds the lowest recent latency by that much
-///   means the upstream queued it (a leaky bucket that delays before it
-///   refuses, an overloaded server): before any refusal, the rate is cut by
-///   the share of a second the call waited in the upstream's queue (its
-///   latency above the lowest), so that the queue drains in about a
-///   second: by 3 % at least and by `decrease` at most. The curve does not
-///   climb back to the rate that queued: it probes beyond the cut rate,
-///   slowly at first.
+///   means the upstream queued it (an overloaded server): before any
+///   refusal, the rate is cut by the share of a second the call waited in
+///   the upstream's queue (its latency above the lowest), so that the queue
+///   drains in about a second: by 3 % at least and by `decrease` at most,
+///   and holds there for a second before it probes.
 ///
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
 /// as it is: [`FeedbackLayer`](crate::http::FeedbackLayer) pauses the
 /// limiter ([`set_next_available_time`](Limiter::set_next_available_time))
-/// on top of the decrease. The climb starts when the pause ends: the time
-/// nobody may use the rate is counted once, not again as unused time.
+/// on top of the decrease. The plateau starts when the pause ends: the
+/// time nobody may use the rate is counted once, not again as unused time.
+///
+/// What this reaches, measured against each kind of upstream, is in the
+/// README (`examples/adaptive_upstreams.rs` in the repository measures it).
 ///
 /// It reads tokio's clock, so paused-time tests drive it.
 ///
@@ -94,9 +109,9 @@ const NEGLIGIBLE: f64 = 0.001;
 /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?).build()?;
 /// assert_eq!(limiter.current_rate(), 100.0);
 ///
-/// // The upstream refused a call: 30% slower.
+/// // The upstream refused a call: the first refusal cuts to a quarter.
 /// limiter.record_refusal(Instant::now());
-/// assert_eq!(limiter.current_rate(), 70.0);
+/// assert_eq!(limiter.current_rate(), 25.0);
 /// # Ok(())
 /// # }
 /// ```
@@ -204,12 +219,14 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     /// let sent = Instant::now();
     /// limiter.record_refusal(sent);
     /// limiter.record_refusal(sent); // the same overload
-    /// assert_eq!(limiter.current_rate().round(), 7.0);
+    /// assert_eq!(limiter.current_rate(), 2.5); // the first refusal: a quarter
     /// # Ok(())
     /// # }
     /// ```
     pub fn record_refusal(&self, sent_at: Instant) {
-        self.shared.steer(|_, _| Some(Signal::Refused { sent_at }));
+        let counted = !self.shared.sharing;
+        self.shared
+            .steer(|curve, _| Some(curve.refusal(sent_at, counted)));
     }
 
     /// A call sent at `sent_at` succeeded now. With a
@@ -654,8 +671,9 @@ impl AdaptiveRateLimiterBuilder {
         self
     }
 
-    /// What a refusal multiplies the rate by (default 0.7, as the AWS
-    /// SDKs); from 0 to 1, both excluded.
+    /// What a refusal multiplies the rate by when the refusals do not yet
+    /// tell the upstream's capacity (default 0.5; the first refusal
+    /// multiplies it by its square, a quarter); from 0 to 1, both excluded.
     ///
     /// ```
     /// use tower_limits::{AdaptiveRateLimiter, Rate};
@@ -696,7 +714,7 @@ impl AdaptiveRateLimiterBuilder {
     }
 
     /// How long the rate holds just under the upstream's estimated capacity
-    /// before it probes above it (default 20 s). Every probe the upstream
+    /// before it probes above it (default 30 s). Every probe the upstream
     /// refuses costs the pause it asks for; a shorter hold finds a limit
     /// that went up sooner, at the price of more refusals.
     ///
@@ -734,8 +752,8 @@ impl AdaptiveRateLimiterBuilder {
     /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?)
     ///     .name("search-api") // tower_limits_adaptive_rate{limiter="search-api"} = 100
     ///     .build()?;
-    /// limiter.record_refusal(Instant::now()); // the gauge goes to 70
-    /// assert_eq!(limiter.current_rate(), 70.0);
+    /// limiter.record_refusal(Instant::now()); // the gauge goes to 25
+    /// assert_eq!(limiter.current_rate(), 25.0);
     /// # Ok(())
     /// # }
     /// ```

@@ -65,8 +65,13 @@ const LEAST_ESTIMATE: f64 = 0.2;
 /// What the upstream said about a call: the signals that move the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Signal {
-    /// It refused (or throttled) a call sent at `sent_at`.
-    Refused { sent_at: Instant },
+    /// It refused (or throttled) a call sent at `sent_at`, after serving
+    /// `served` calls sent since the segment began, if the limiter counted
+    /// them (else the curve's rate tells how many were sent).
+    Refused {
+        sent_at: Instant,
+        served: Option<f64>,
+    },
     /// It queued a call sent at `sent_at`, of which it waited `queued` in
     /// its queue (the latency above the lowest recent one).
     Queued { sent_at: Instant, queued: Duration },
@@ -163,11 +168,11 @@ impl CurveState {
     /// once.
     pub(super) fn apply(&mut self, signal: Signal, tuning: &Tuning, now: Instant) -> bool {
         match signal {
-            Signal::Refused { sent_at } => {
+            Signal::Refused { sent_at, served } => {
                 if covers(self.refused_until, sent_at) {
                     return false;
                 }
-                self.refuse(sent_at, tuning, now);
+                self.refuse(sent_at, served, tuning, now);
                 self.refused_until = Some(now);
             }
             Signal::Queued { sent_at, queued } => {
@@ -201,22 +206,23 @@ impl CurveState {
     /// an estimate, to the plateau held before if the refusal ended a probe
     /// beyond it, or else to the rate refused times `decrease` (its square
     /// for the first refusal: the starting rate was a guess), briefly.
-    fn refuse(&mut self, sent_at: Instant, tuning: &Tuning, now: Instant) {
+    fn refuse(&mut self, sent_at: Instant, served: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
         let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
         let point = Point {
             after,
-            sent: self.sent_until(tuning, sent_at),
+            sent: served.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
         };
         let estimate = match self.point {
             // The burst is known: the capacity is what it covers the excess
             // over, whatever the curve's shape.
-            Some(Point { after: 0.0, sent }) => self
-                .capacity_beyond(sent, after, tuning)
-                .map(|capacity| (capacity, sent)),
-            Some(last) => capacity(last, point, rate)
-                .map(|capacity| (capacity, point.sent - capacity * point.after)),
-            None => None,
+            Some(Point { after: 0.0, sent }) => self.capacity_beyond(|_| sent, after, tuning),
+            // The first refusal (from a full bucket, above the capacity
+            // from its start) is `a + C·T`: its burst, for each capacity.
+            Some(first) if (after - first.after).abs() >= MIN_SPAN => {
+                self.capacity_beyond(|capacity| first.sent - capacity * first.after, after, tuning)
+            }
+            _ => None,
         }
         .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
@@ -228,46 +234,53 @@ impl CurveState {
         };
         eprintln!("DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?} plateau {plateau:.1}", self.point);
         // The line's intercept once it is known (the burst: a point at 0 s),
-        // else this refusal, to compare the next one with (unless it was
-        // sent before the segment began: another process's pause).
+        // else the first refusal (unless it was sent before the segment
+        // began: another process's pause).
         self.point = match estimate {
             Some((_, burst)) => Some(Point {
                 after: 0.0,
                 sent: burst,
             }),
-            None if after > 0.0 => Some(point),
+            None if self.point.is_none() && after > 0.0 => Some(point),
             None => self.point,
         };
         self.restart(plateau.min(rate), hold, now);
     }
 
     /// The capacity over which the calls sent in the first `after` seconds
-    /// of the segment exceed it by `burst`, the calls an upstream with a
-    /// full bucket serves beyond its rate before it refuses one: `None` if
-    /// even the floor is not exceeded that much.
-    fn capacity_beyond(&self, burst: f64, after: f64, tuning: &Tuning) -> Option<f64> {
-        let excess = |capacity: f64| {
-            let step = after / f64::from(INTEGRATION_STEPS);
-            (0..INTEGRATION_STEPS)
+    /// of the segment exceed it by the upstream's burst (the calls an
+    /// upstream with a full bucket serves beyond its rate before it refuses
+    /// one), `burst(capacity)`; and that burst. `None` if even the floor is
+    /// not exceeded that much.
+    fn capacity_beyond(
+        &self,
+        burst: impl Fn(f64) -> f64,
+        after: f64,
+        tuning: &Tuning,
+    ) -> Option<(f64, f64)> {
+        let step = after / f64::from(INTEGRATION_STEPS);
+        let short = |capacity: f64| {
+            let excess: f64 = (0..INTEGRATION_STEPS)
                 .map(|n| {
                     let at = (f64::from(n) + 0.5) * step;
                     (self.rate_after(tuning, at) - capacity).max(0.0) * step
                 })
-                .sum::<f64>()
+                .sum();
+            excess < burst(capacity)
         };
         let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after));
-        if excess(low) < burst {
+        if short(low) {
             return None;
         }
         for _ in 0..BISECTIONS {
             let middle = (low + high) / 2.0;
-            if excess(middle) < burst {
+            if short(middle) {
                 high = middle;
             } else {
                 low = middle;
             }
         }
-        Some(low)
+        Some((low, burst(low)))
     }
 
     /// Cuts the rate by the share of [`DRAIN`] a call waited in the
@@ -291,18 +304,6 @@ impl CurveState {
     }
 }
 
-/// The capacity two refusals estimate (the slope of the line through
-/// them), if they are far enough apart and it is below the rate refused
-/// (each was sent above the capacity from its segment's start).
-fn capacity(last: Point, point: Point, rate: f64) -> Option<f64> {
-    let span = point.after - last.after;
-    if span.abs() < MIN_SPAN {
-        return None;
-    }
-    let slope = (point.sent - last.sent) / span;
-    (slope < rate).then_some(slope)
-}
-
 /// Whether a call sent at `sent_at` belongs to an overload that lasted
 /// until `until`.
 fn covers(until: Option<Instant>, sent_at: Instant) -> bool {
@@ -322,6 +323,8 @@ pub(super) struct Curve {
     /// The lowest latency of the calls found queued since the last signal
     /// of queueing; `None` once a call was not queued (the queue drained).
     queue_low: Option<Duration>,
+    /// Calls sent since the segment began that succeeded.
+    served: f64,
 }
 
 impl Curve {
@@ -333,6 +336,17 @@ impl Curve {
             latency: LowestLatency::new(LATENCY_MEMORY, now),
             queued_until: None,
             queue_low: None,
+            served: 0.0,
+        }
+    }
+
+    /// The signal of a refusal of a call sent at `sent_at`, with the calls
+    /// served since the segment began if `counted` (this process sent them
+    /// all).
+    pub(super) fn refusal(&self, sent_at: Instant, counted: bool) -> Signal {
+        Signal::Refused {
+            sent_at,
+            served: counted.then_some(self.served),
         }
     }
 
@@ -356,7 +370,12 @@ impl Curve {
         if let Signal::Refused { .. } = signal {
             self.queued_until = self.queued_until.max(Some(now));
         }
-        self.state.apply(signal, &self.tuning, now)
+        let origin = self.state.origin;
+        let changed = self.state.apply(signal, &self.tuning, now);
+        if self.state.origin != origin {
+            self.served = 0.0;
+        }
+        changed
     }
 
     /// The signal of a call sent at `sent_at` that succeeded after
@@ -372,6 +391,9 @@ impl Curve {
         latency: Duration,
         now: Instant,
     ) -> Option<Signal> {
+        if sent_at >= self.state.origin {
+            self.served += 1.0;
+        }
         let delay = self.tuning.queueing_delay?;
         let base = self.latency.observe(latency, now);
         if latency <= base.saturating_add(delay) {
@@ -415,7 +437,10 @@ mod tests {
     }
 
     fn refused(sent_at: Instant) -> Signal {
-        Signal::Refused { sent_at }
+        Signal::Refused {
+            sent_at,
+            served: None,
+        }
     }
 
     /// A token bucket of 20 a second and a burst of 5, full at `from`,
@@ -447,8 +472,8 @@ mod tests {
         let mut curve = Curve::new(100.0, tuning(), start);
         let first = bucket_refuses(&curve, start);
         let resumed = refuse_and_pause(&mut curve, first);
-        // Nothing to compare it with: halved, from far above.
-        assert!((curve.rate(resumed) - 50.0).abs() < 1e-9);
+        // Nothing to compare it with: a quarter, from far above.
+        assert!((curve.rate(resumed) - 25.0).abs() < 1e-3);
         let second = bucket_refuses(&curve, resumed);
         let resumed = refuse_and_pause(&mut curve, second);
         // Two points of `a + 20·T`: just under 20, held for 20 s.
@@ -517,8 +542,8 @@ mod tests {
         curve.apply(refused(start), start);
         let until = start + secs(1.0);
         assert!(curve.apply(Signal::Paused { until }, start));
-        assert_eq!(curve.rate(until + secs(1.0)), 50.0, "held a second");
-        assert!(curve.rate(until + secs(3.0)) > 51.0, "then probing");
+        assert_eq!(curve.rate(until + secs(1.0)), 25.0, "held a second");
+        assert!(curve.rate(until + secs(3.0)) > 25.5, "then probing");
         assert!(
             !curve.apply(Signal::Paused { until: start }, start),
             "an earlier pause"
