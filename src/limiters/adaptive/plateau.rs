@@ -232,7 +232,6 @@ impl CurveState {
             None if self.point.is_none() => (rate * tuning.decrease.powi(2), SHORT_HOLD),
             None => (rate * tuning.decrease, SHORT_HOLD),
         };
-        eprintln!("DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?} plateau {plateau:.1}", self.point);
         // The line's intercept once it is known (the burst: a point at 0 s),
         // else the first refusal (unless it was sent before the segment
         // began: another process's pause).
