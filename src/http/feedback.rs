@@ -47,8 +47,9 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 /// run).
 ///
 /// With [`FeedbackLayer::adaptive`], it also steers an
-/// [`AdaptiveRateLimiter`]: every refusal lowers its rate, successes let it
-/// climb back, and a quota the upstream states (`RateLimit-Policy`) is
+/// [`AdaptiveRateLimiter`]: every refusal moves its rate under the
+/// upstream's estimated capacity, successes are counted for the next
+/// estimate, and a quota the upstream states (`RateLimit-Policy`) is
 /// adopted.
 ///
 /// Every pause is capped by [`max_wait`](FeedbackLayer::max_wait) (default

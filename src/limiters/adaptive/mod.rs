@@ -142,6 +142,9 @@ struct Adaptive<P> {
     /// 1; 0 while nobody ever was): until a little after it, the rate is in
     /// use, so it may grow.
     last_denial: AtomicU64,
+    /// The calls granted so far (counted in one process only: the
+    /// curve's segments count the calls sent from their start).
+    granted: AtomicU64,
     /// The pace in force, as `f64` bits.
     applied: AtomicU64,
     base: Instant,
@@ -224,9 +227,9 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     /// # }
     /// ```
     pub fn record_refusal(&self, sent_at: Instant) {
-        let counted = !self.shared.sharing;
+        let granted = (!self.shared.sharing).then(|| self.shared.granted.load(Ordering::Relaxed));
         self.shared
-            .steer(|curve, _| Some(curve.refusal(sent_at, counted)));
+            .steer(|curve, _| Some(curve.refusal(sent_at, granted)));
     }
 
     /// A call sent at `sent_at` succeeded now. With a
@@ -314,7 +317,10 @@ impl<P: Pacer> Adaptive<P> {
         let Some(signal) = classify(&mut steering.curve, now) else {
             return;
         };
-        if steering.curve.apply(signal, now) {
+        if steering
+            .curve
+            .apply(signal, now, self.granted.load(Ordering::Relaxed))
+        {
             let rate = steering.curve.rate(now);
             tracing::debug!(rate, ?signal, "adaptive rate changed");
             self.apply(rate);
@@ -491,11 +497,19 @@ impl<P: Pacer> Adaptive<P> {
         }
     }
 
-    /// Passes `answer` on, noting a denial: the rate is in use.
+    /// Passes `answer` on, counting a grant, and noting a denial: the rate
+    /// is in use.
     fn noted(&self, answer: Result<Admission, LimiterError>) -> Result<Admission, LimiterError> {
-        if let Ok(Admission::Denied(_)) = answer {
-            let at = nanos(Instant::now().saturating_duration_since(self.base)).max(1);
-            self.last_denial.fetch_max(at, Ordering::Relaxed);
+        match &answer {
+            Ok(Admission::Granted(permit)) => {
+                self.granted
+                    .fetch_add(u64::from(permit.cost()), Ordering::Relaxed);
+            }
+            Ok(Admission::Denied(_)) => {
+                let at = nanos(Instant::now().saturating_duration_since(self.base)).max(1);
+                self.last_denial.fetch_max(at, Ordering::Relaxed);
+            }
+            Err(_) => {}
         }
         answer
     }
@@ -864,6 +878,7 @@ impl AdaptiveRateLimiterBuilder {
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             base: now,
             #[cfg(feature = "metrics")]

@@ -65,12 +65,12 @@ const LEAST_ESTIMATE: f64 = 0.2;
 /// What the upstream said about a call: the signals that move the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Signal {
-    /// It refused (or throttled) a call sent at `sent_at`, after serving
-    /// `served` calls sent since the segment began, if the limiter counted
-    /// them (else the curve's rate tells how many were sent).
+    /// It refused (or throttled) a call sent at `sent_at`, of `sent` calls
+    /// sent since the segment began, if the limiter counted them (else the
+    /// curve's rate tells how many were sent).
     Refused {
         sent_at: Instant,
-        served: Option<f64>,
+        sent: Option<f64>,
     },
     /// It queued a call sent at `sent_at`, of which it waited `queued` in
     /// its queue (the latency above the lowest recent one).
@@ -168,11 +168,11 @@ impl CurveState {
     /// once.
     pub(super) fn apply(&mut self, signal: Signal, tuning: &Tuning, now: Instant) -> bool {
         match signal {
-            Signal::Refused { sent_at, served } => {
+            Signal::Refused { sent_at, sent } => {
                 if covers(self.refused_until, sent_at) {
                     return false;
                 }
-                self.refuse(sent_at, served, tuning, now);
+                self.refuse(sent_at, sent, tuning, now);
                 self.refused_until = Some(now);
             }
             Signal::Queued { sent_at, queued } => {
@@ -206,12 +206,12 @@ impl CurveState {
     /// an estimate, to the plateau held before if the refusal ended a probe
     /// beyond it, or else to the rate refused times `decrease` (its square
     /// for the first refusal: the starting rate was a guess), briefly.
-    fn refuse(&mut self, sent_at: Instant, served: Option<f64>, tuning: &Tuning, now: Instant) {
+    fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
         let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
         let point = Point {
             after,
-            sent: served.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
+            sent: sent.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
         };
         let estimate = match self.point {
             // The burst is known: the capacity is what it covers the excess
@@ -322,8 +322,8 @@ pub(super) struct Curve {
     /// The lowest latency of the calls found queued since the last signal
     /// of queueing; `None` once a call was not queued (the queue drained).
     queue_low: Option<Duration>,
-    /// Calls sent since the segment began that succeeded.
-    served: f64,
+    /// How many calls the limiter had granted when the segment began.
+    pub(super) granted_before: u64,
 }
 
 impl Curve {
@@ -335,17 +335,17 @@ impl Curve {
             latency: LowestLatency::new(LATENCY_MEMORY, now),
             queued_until: None,
             queue_low: None,
-            served: 0.0,
+            granted_before: 0,
         }
     }
 
     /// The signal of a refusal of a call sent at `sent_at`, with the calls
-    /// served since the segment began if `counted` (this process sent them
-    /// all).
-    pub(super) fn refusal(&self, sent_at: Instant, counted: bool) -> Signal {
+    /// sent since the segment began if the limiter counted its grants
+    /// (`granted` so far: this process sent them all).
+    pub(super) fn refusal(&self, sent_at: Instant, granted: Option<u64>) -> Signal {
         Signal::Refused {
             sent_at,
-            served: counted.then_some(self.served),
+            sent: granted.map(|granted| granted.saturating_sub(self.granted_before) as f64),
         }
     }
 
@@ -364,15 +364,17 @@ impl Curve {
         self.state.origin += now.saturating_duration_since(from);
     }
 
-    /// Moves the curve for `signal`; true if the rate changed.
-    pub(super) fn apply(&mut self, signal: Signal, now: Instant) -> bool {
+    /// Moves the curve for `signal`; true if the rate changed. `granted`:
+    /// the calls the limiter granted so far, if it counts them (a segment
+    /// that begins counts from there).
+    pub(super) fn apply(&mut self, signal: Signal, now: Instant, granted: u64) -> bool {
         if let Signal::Refused { .. } = signal {
             self.queued_until = self.queued_until.max(Some(now));
         }
         let origin = self.state.origin;
         let changed = self.state.apply(signal, &self.tuning, now);
         if self.state.origin != origin {
-            self.served = 0.0;
+            self.granted_before = granted;
         }
         changed
     }
@@ -390,9 +392,6 @@ impl Curve {
         latency: Duration,
         now: Instant,
     ) -> Option<Signal> {
-        if sent_at >= self.state.origin {
-            self.served += 1.0;
-        }
         let delay = self.tuning.queueing_delay?;
         let base = self.latency.observe(latency, now);
         if latency <= base.saturating_add(delay) {
@@ -438,30 +437,30 @@ mod tests {
     fn refused(sent_at: Instant) -> Signal {
         Signal::Refused {
             sent_at,
-            served: None,
+            sent: None,
         }
     }
 
     /// A token bucket of 20 a second and a burst of 5, full at `from`,
     /// receiving calls at the curve's rate: the instant it refuses one.
     fn bucket_refuses(curve: &Curve, from: Instant) -> Instant {
-        let mut at = from;
-        let mut tokens = 6.0;
+        let (mut at, mut tokens) = (from, 6.0);
         loop {
-            let step = 1.0 / curve.rate(at);
-            at += secs(step);
-            tokens = (tokens + 20.0 * step).min(6.0) - 1.0;
+            tokens -= 1.0;
             if tokens < 0.0 {
                 return at;
             }
+            let step = 1.0 / curve.rate(at);
+            at += secs(step);
+            tokens = f64::min(tokens + 20.0 * step, 6.0);
         }
     }
 
     /// Refused at `sent`, then paused for a second.
     fn refuse_and_pause(curve: &mut Curve, sent: Instant) -> Instant {
-        assert!(curve.apply(refused(sent), sent));
+        assert!(curve.apply(refused(sent), sent, 0));
         let until = sent + secs(1.0);
-        curve.apply(Signal::Paused { until }, sent);
+        curve.apply(Signal::Paused { until }, sent, 0);
         until
     }
 
@@ -475,7 +474,8 @@ mod tests {
         assert!((curve.rate(resumed) - 25.0).abs() < 1e-3);
         let second = bucket_refuses(&curve, resumed);
         let resumed = refuse_and_pause(&mut curve, second);
-        // Two points of `a + 20·T`: just under 20, held for 20 s.
+        // Two points of `a + 20·T`: just under 20 (a call more or less in
+        // each point moves it by a call a second), held for 20 s.
         let rate = curve.rate(resumed);
         assert!((18.5..20.0).contains(&rate), "{rate}");
         assert_eq!(curve.rate(resumed + secs(19.9)), rate);
@@ -505,11 +505,11 @@ mod tests {
         let start = Instant::now();
         let mut curve = Curve::new(100.0, tuning(), start);
         let later = start + secs(0.1);
-        assert!(curve.apply(refused(start), later));
+        assert!(curve.apply(refused(start), later, 0));
         // Sent before the decrease (or as it happened): the same overload.
-        assert!(!curve.apply(refused(start + secs(0.05)), later + secs(0.01)));
-        assert!(!curve.apply(refused(later), later + secs(0.01)));
-        assert!(curve.apply(refused(later + secs(0.02)), later + secs(0.03)));
+        assert!(!curve.apply(refused(start + secs(0.05)), later + secs(0.01), 0));
+        assert!(!curve.apply(refused(later), later + secs(0.01), 0));
+        assert!(curve.apply(refused(later + secs(0.02)), later + secs(0.03), 0));
         assert!(curve.rate(later + secs(0.03)) <= 25.0);
     }
 
@@ -520,16 +520,16 @@ mod tests {
         let ms = Duration::from_millis;
         for n in 0..20 {
             let at = start + ms(n);
-            curve.apply(refused(at), at);
+            curve.apply(refused(at), at, 0);
         }
         assert_eq!(curve.rate(start + ms(20)), 1.0);
         assert_eq!(curve.rate(start + secs(1e6)), 1_000.0);
         let stated = Signal::Stated { rate: 50.0 };
-        assert!(curve.apply(stated, start));
+        assert!(curve.apply(stated, start, 0));
         assert_eq!(curve.rate(start), 50.0);
         assert_eq!(curve.rate(start + secs(1e6)), 50.0);
         assert!(
-            !curve.apply(stated, start),
+            !curve.apply(stated, start, 0),
             "the same quota again changes nothing"
         );
     }
@@ -538,13 +538,13 @@ mod tests {
     fn a_pause_holds_the_curve_until_it_ends() {
         let start = Instant::now();
         let mut curve = Curve::new(100.0, tuning(), start);
-        curve.apply(refused(start), start);
+        curve.apply(refused(start), start, 0);
         let until = start + secs(1.0);
-        assert!(curve.apply(Signal::Paused { until }, start));
+        assert!(curve.apply(Signal::Paused { until }, start, 0));
         assert_eq!(curve.rate(until + secs(1.0)), 25.0, "held a second");
         assert!(curve.rate(until + secs(3.0)) > 25.5, "then probing");
         assert!(
-            !curve.apply(Signal::Paused { until: start }, start),
+            !curve.apply(Signal::Paused { until: start }, start, 0),
             "an earlier pause"
         );
     }
@@ -564,7 +564,7 @@ mod tests {
         let ms = Duration::from_millis;
         let success = |curve: &mut Curve, sent: Duration, latency: Duration| {
             let signal = curve.success(start + sent, latency, start + sent + latency);
-            signal.is_some_and(|signal| curve.apply(signal, start + sent + latency))
+            signal.is_some_and(|signal| curve.apply(signal, start + sent + latency, 0))
         };
         assert!(!success(&mut curve, ms(0), ms(5)));
         assert!(!success(&mut curve, ms(0), ms(24)), "within the delay");
@@ -595,7 +595,7 @@ mod tests {
                 sent_at: start,
                 queued,
             };
-            assert!(curve.apply(signal, start));
+            assert!(curve.apply(signal, start, 0));
             curve.rate(start)
         };
         assert!((cut(5) - 97.0).abs() < 1e-9, "gently at least");
