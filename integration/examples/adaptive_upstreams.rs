@@ -98,7 +98,10 @@ async fn main() {
         let Some(run) = drive::run(plan, worker).await else {
             continue;
         };
-        println!("{} from {processes} process(es), {seconds} s a limit:", kind.name());
+        println!(
+            "{} from {processes} process(es), {seconds} s a limit:",
+            kind.name()
+        );
         println!("  served/refused per second: {}", run.series());
         if !run.failed.is_empty() {
             println!("  client errors: {:?}", run.failed);

@@ -32,7 +32,11 @@ async fn a_refusal_one_process_sees_slows_every_process_sharing_the_curve() {
     b.try_acquire().await.unwrap(); // b reads the shared curve
     a.try_acquire().await.unwrap();
     // Once (a quarter, held for a second), not twice (12.5).
-    assert!((b.current_rate() - 25.0).abs() < 1e-6, "{}", b.current_rate());
+    assert!(
+        (b.current_rate() - 25.0).abs() < 1e-6,
+        "{}",
+        b.current_rate()
+    );
     let (a, b) = (a.current_rate(), b.current_rate());
     assert!((a - b).abs() < a * 1e-4, "one curve: {a} and {b}");
 }
@@ -285,4 +289,3 @@ async fn an_adaptive_concurrency_limit_finds_a_queueing_upstream() {
         latencies.len()
     );
 }
-

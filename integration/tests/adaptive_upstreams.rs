@@ -34,7 +34,12 @@ async fn worker_process() {
 /// This test binary again, as one worker of a fleet.
 fn worker() -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["worker_process", "--exact", "--nocapture", "--test-threads=1"]);
+    command.args([
+        "worker_process",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     command
 }
 

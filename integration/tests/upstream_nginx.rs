@@ -77,7 +77,9 @@ async fn saturates_a_known_limit(rate: u32, burst: u32) {
         "requests that ended in an error"
     );
     let log = nginx.log();
-    let window = log.iter().filter(|entry| entry.at >= start && entry.at < end);
+    let window = log
+        .iter()
+        .filter(|entry| entry.at >= start && entry.at < end);
     let served = window.clone().filter(|entry| entry.status == 200).count();
     let refused = window.filter(|entry| entry.status == 429).count();
     let per_second = served as f64 / (end - start);

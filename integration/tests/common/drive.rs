@@ -204,7 +204,11 @@ pub(crate) async fn run(plan: Plan, worker: impl Fn() -> Command) -> Option<Run>
             .unwrap()
             .unwrap();
         let said = String::from_utf8_lossy(&output.stdout);
-        failed.extend(said.lines().filter_map(|line| line.strip_prefix("failed: ")).map(str::to_owned));
+        failed.extend(
+            said.lines()
+                .filter_map(|line| line.strip_prefix("failed: "))
+                .map(str::to_owned),
+        );
         assert!(output.status.success(), "a worker failed:\n{said}");
     }
     Some(Run {

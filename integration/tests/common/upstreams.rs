@@ -189,7 +189,9 @@ async fn logged(
         at: unix_now(),
         status: response.status().as_u16(),
     };
-    log.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
+    log.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(entry);
     response
 }
 

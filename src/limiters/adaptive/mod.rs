@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 pub use self::pacer::{Pacer, SharedPacer};
 
-use self::plateau::{Curve, Signal, Tuning};
 use self::pacer::WallClock;
+use self::plateau::{Curve, Signal, Tuning};
 use super::GcraLimiter;
 use super::shared::spawn_or_warn;
 use crate::error::{ConfigError, LimiterError};
@@ -229,7 +229,7 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     pub fn record_refusal(&self, sent_at: Instant) {
         let granted = (!self.shared.sharing).then(|| self.shared.granted.load(Ordering::Relaxed));
         self.shared
-            .steer(|curve, _| Some(curve.refusal(sent_at, granted)));
+            .steer(|curve, now| Some(curve.refusal(sent_at, granted, now)));
     }
 
     /// A call sent at `sent_at` succeeded now. With a

@@ -68,10 +68,7 @@ pub(super) enum Signal {
     /// It refused (or throttled) a call sent at `sent_at`, of `sent` calls
     /// sent since the segment began, if the limiter counted them (else the
     /// curve's rate tells how many were sent).
-    Refused {
-        sent_at: Instant,
-        sent: Option<f64>,
-    },
+    Refused { sent_at: Instant, sent: Option<f64> },
     /// It queued a call sent at `sent_at`, of which it waited `queued` in
     /// its queue (the latency above the lowest recent one).
     Queued { sent_at: Instant, queued: Duration },
@@ -209,22 +206,37 @@ impl CurveState {
     fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
         let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
+        let paced = self.sent_until(tuning, sent_at);
         let point = Point {
             after,
-            sent: sent.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
+            sent: sent.unwrap_or(paced),
+        };
+        // The calls went out at this share of the curve's rate (a busy
+        // machine sends fewer than the pace allows).
+        let share = if paced > 0.0 {
+            (point.sent / paced).clamp(0.5, 2.0)
+        } else {
+            1.0
         };
         let estimate = match self.point {
             // The burst is known: the capacity is what it covers the excess
             // over, whatever the curve's shape.
-            Some(Point { after: 0.0, sent }) => self.capacity_beyond(|_| sent, after, tuning),
+            Some(Point { after: 0.0, sent }) => {
+                self.capacity_beyond(|_| sent, after, share, tuning)
+            }
             // The first refusal (from a full bucket, above the capacity
             // from its start) is `a + C·T`: its burst, for each capacity.
             Some(first) if (after - first.after).abs() >= MIN_SPAN => {
-                self.capacity_beyond(|capacity| first.sent - capacity * first.after, after, tuning)
+                let burst = |capacity| first.sent - capacity * first.after;
+                self.capacity_beyond(burst, after, share, tuning)
             }
             _ => None,
         }
         .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
+        eprintln!(
+            "DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?}",
+            self.point
+        );
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
         let (plateau, hold) = match estimate {
             Some((capacity, _)) => (capacity * MARGIN, tuning.hold),
@@ -247,14 +259,15 @@ impl CurveState {
     }
 
     /// The capacity over which the calls sent in the first `after` seconds
-    /// of the segment exceed it by the upstream's burst (the calls an
-    /// upstream with a full bucket serves beyond its rate before it refuses
-    /// one), `burst(capacity)`; and that burst. `None` if even the floor is
-    /// not exceeded that much.
+    /// of the segment (at `share` of the curve's rate) exceed it by the
+    /// upstream's burst (the calls an upstream with a full bucket serves
+    /// beyond its rate before it refuses one), `burst(capacity)`; and that
+    /// burst. `None` if even the floor is not exceeded that much.
     fn capacity_beyond(
         &self,
         burst: impl Fn(f64) -> f64,
         after: f64,
+        share: f64,
         tuning: &Tuning,
     ) -> Option<(f64, f64)> {
         let step = after / f64::from(INTEGRATION_STEPS);
@@ -262,12 +275,12 @@ impl CurveState {
             let excess: f64 = (0..INTEGRATION_STEPS)
                 .map(|n| {
                     let at = (f64::from(n) + 0.5) * step;
-                    (self.rate_after(tuning, at) - capacity).max(0.0) * step
+                    (self.rate_after(tuning, at) * share - capacity).max(0.0) * step
                 })
                 .sum();
             excess < burst(capacity)
         };
-        let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after));
+        let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after) * share);
         if short(low) {
             return None;
         }
@@ -339,13 +352,19 @@ impl Curve {
         }
     }
 
-    /// The signal of a refusal of a call sent at `sent_at`, with the calls
-    /// sent since the segment began if the limiter counted its grants
-    /// (`granted` so far: this process sent them all).
-    pub(super) fn refusal(&self, sent_at: Instant, granted: Option<u64>) -> Signal {
+    /// The signal of a refusal, answered `now`, of a call sent at
+    /// `sent_at`, with the calls sent since the segment began until then if
+    /// the limiter counted its grants (`granted` so far, of which those
+    /// since `sent_at` went out at the curve's rate).
+    pub(super) fn refusal(&self, sent_at: Instant, granted: Option<u64>, now: Instant) -> Signal {
+        let since = now.saturating_duration_since(sent_at).as_secs_f64();
+        let in_flight = self.rate(sent_at) * since;
         Signal::Refused {
             sent_at,
-            sent: granted.map(|granted| granted.saturating_sub(self.granted_before) as f64),
+            sent: granted.map(|granted| {
+                let sent = granted.saturating_sub(self.granted_before) as f64;
+                (sent - in_flight).max(0.0)
+            }),
         }
     }
 
@@ -479,7 +498,10 @@ mod tests {
         let rate = curve.rate(resumed);
         assert!((18.5..20.0).contains(&rate), "{rate}");
         assert_eq!(curve.rate(resumed + secs(19.9)), rate);
-        assert!(curve.rate(resumed + secs(22.0)) > rate * 1.04, "then it probes");
+        assert!(
+            curve.rate(resumed + secs(22.0)) > rate * 1.04,
+            "then it probes"
+        );
     }
 
     #[test]
