@@ -233,10 +233,6 @@ impl CurveState {
             _ => None,
         }
         .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
-        eprintln!(
-            "DEBUG refuse rate {rate:.1} point {point:?} last {:?} estimate {estimate:?}",
-            self.point
-        );
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
         let (plateau, hold) = match estimate {
             Some((capacity, _)) => (capacity * MARGIN, tuning.hold),
