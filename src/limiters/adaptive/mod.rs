@@ -704,12 +704,14 @@ impl AdaptiveRateLimiterBuilder {
     }
 
     /// Slows down when a call's latency exceeds the lowest recent latency
-    /// by `delay`: the upstream is queueing calls, as a leaky bucket that
-    /// delays before it refuses does. The rate is cut by the share of a
-    /// second the call waited (3 % at least, `decrease` at most). Off by default:
-    /// pick a `delay` well above the upstream's normal jitter (it suits
-    /// upstreams whose latency is steady; not one whose answers take
-    /// seconds more or less).
+    /// by `delay`: the upstream is queueing calls, as an overloaded server
+    /// does before it refuses. The rate is cut by the share of a second the
+    /// call waited (3 % at least, `decrease` at most). Off by default: the
+    /// refusals alone find a rate limiter that queues (nginx's `limit_req`
+    /// without `nodelay`), and a cut for a queue restarts the count of the
+    /// calls they measure the capacity with. Pick a `delay` well above the
+    /// upstream's normal jitter (it suits upstreams whose latency is
+    /// steady; not one whose answers take seconds more or less).
     ///
     /// ```
     /// use std::time::Duration;
@@ -820,7 +822,11 @@ impl AdaptiveRateLimiterBuilder {
     /// not the fleet uses it (a process cannot tell that the others are
     /// idle): after a quiet spell, the first calls may go at up to the
     /// ceiling until the upstream refuses, so set a ceiling near the rate
-    /// you expect. The processes' wall clocks should agree to a few
+    /// you expect. Nor can a process count the others' calls: the
+    /// capacity a refusal tells is reckoned from the pace the fleet was
+    /// allowed, which a busy fleet may not have used in full. Each
+    /// process writes its signals to the shared curve in the order they
+    /// came. The processes' wall clocks should agree to a few
     /// milliseconds (they compare when calls were sent).
     ///
     /// [`Retry-After`]: crate::Limiter::set_next_available_time
