@@ -18,7 +18,7 @@
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
-//! | [`AdaptiveRateLimiter`] | the call conforms to a rate learned from the upstream: lower on each refusal, climbing back while calls succeed (CUBIC), at a stated quota when there is one |
+//! | [`AdaptiveRateLimiter`] | the call conforms to a rate learned from the upstream: just under the capacity its refusals estimate, probing above it rarely, at a stated quota when there is one |
 //! | [`AdaptiveConcurrencyLimiter`] | fewer calls are running than a limit that follows the upstream's latency (a gradient, as Netflix's concurrency-limits): more while calls are fast, fewer as they slow down |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |

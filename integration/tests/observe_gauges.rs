@@ -141,7 +141,7 @@ mod gauges {
     }
 
     /// The rate gauge is set at build, and to the new rate at each change:
-    /// a refusal, then the climb back while the rate is in use.
+    /// a refusal, then the probe upward while the rate is in use.
     #[tokio::test(start_paused = true)]
     async fn the_adaptive_rate_gauge_follows_each_change() {
         let recorder = DebuggingRecorder::new();
@@ -158,13 +158,14 @@ mod gauges {
         let sent = Instant::now();
         advance(ms(10)).await;
         limiter.record_refusal(sent);
-        assert_eq!(rate(), Some(70.0));
+        assert_eq!(rate(), Some(25.0)); // the first refusal: a quarter
 
         for _ in 0..200 {
-            drop(limiter.acquire().await.unwrap()); // saturated: the rate climbs
+            // Saturated: the rate holds a second, then probes upward.
+            drop(limiter.acquire().await.unwrap());
         }
         let climbed = limiter.current_rate();
-        assert!(climbed > 70.0, "{climbed}");
+        assert!(climbed > 25.0, "{climbed}");
         assert_eq!(rate(), Some(climbed));
         let names = limiters_of(&snapshotter, "tower_limits_adaptive_rate");
         assert_eq!(names, ["upstream"], "an unnamed limiter reports nothing");

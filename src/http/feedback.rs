@@ -47,8 +47,9 @@ const DEFAULT_MIN_PAUSE: Duration = Duration::from_millis(100);
 /// run).
 ///
 /// With [`FeedbackLayer::adaptive`], it also steers an
-/// [`AdaptiveRateLimiter`]: every refusal lowers its rate, successes let it
-/// climb back, and a quota the upstream states (`RateLimit-Policy`) is
+/// [`AdaptiveRateLimiter`]: every refusal moves its rate under the
+/// upstream's estimated capacity, successes are counted for the next
+/// estimate, and a quota the upstream states (`RateLimit-Policy`) is
 /// adopted.
 ///
 /// Every pause is capped by [`max_wait`](FeedbackLayer::max_wait) (default
@@ -193,7 +194,7 @@ impl FeedbackLayer {
     ///     .service(upstream);
     ///
     /// client.ready().await?.call(Request::new(())).await?;
-    /// assert_eq!(limiter.current_rate(), 70.0); // and a 100 ms pause
+    /// assert_eq!(limiter.current_rate(), 25.0); // and a 100 ms pause
     /// # Ok(())
     /// # }
     /// ```

@@ -17,9 +17,10 @@ use crate::limiter::LimiterFuture;
 pub(crate) const CURVE_TTL: Duration = Duration::from_secs(86_400);
 
 /// A shared adaptive rate as a store keeps it: a version, bumped by every
-/// write, and six whole numbers (the curve's plateau, its time to regain
-/// it, its start, the ends of the last overloads and a stated quota, in
-/// micro-units and Unix microseconds) that only the limiter reads. Every
+/// write, and six whole numbers (the curve's plateau, how long it holds
+/// it, its start, the end of the last overload, the upstream's burst or
+/// last refusal, and a stated quota, in micro-units, microseconds and Unix
+/// microseconds) that only the limiter reads. Every
 /// word fits in 53 bits, so a script that stores numbers as doubles keeps
 /// them exact.
 ///

@@ -13,6 +13,8 @@
 //!   check that no window holds more grants than the limit.
 //! * [`tickets`]: checks on admissions stamped by a store's clock (sliding
 //!   log start times, fixed window indexes).
+//! * [`upstreams`]: rate-limited upstreams of every kind on loopback, and
+//!   [`drive`]: an adaptive client against them, measured by what they saw.
 
 // Each test binary compiles this module on its own and uses only part of it
 // (`rate` only the durations, `layer_order` never asks for the call order or
@@ -22,6 +24,8 @@
 
 pub(crate) mod cases;
 pub(crate) mod conformance;
+#[cfg(feature = "http")]
+pub(crate) mod drive;
 pub(crate) mod nginx;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -34,6 +38,8 @@ pub(crate) mod redis;
 pub(crate) mod sqlite;
 pub(crate) mod stress;
 pub(crate) mod tickets;
+#[cfg(feature = "http")]
+pub(crate) mod upstreams;
 
 use std::io::Write;
 use std::time::Duration;

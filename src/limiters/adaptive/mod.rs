@@ -1,20 +1,21 @@
 //! [`AdaptiveRateLimiter`]: a rate that follows what the upstream says,
 //! for limits the client does not know or that change.
 
-mod cubic;
 mod pacer;
+mod plateau;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub use self::pacer::{Pacer, SharedPacer};
 
-use self::cubic::{Curve, Signal, Tuning};
 use self::pacer::WallClock;
+use self::plateau::{Curve, Signal, Tuning};
 use super::GcraLimiter;
 use super::stored::spawn_or_warn;
 use crate::error::{ConfigError, LimiterError};
@@ -29,6 +30,8 @@ const REFRESH: Duration = Duration::from_millis(50);
 const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
+/// How long the rate holds under an estimated capacity before it probes.
+const DEFAULT_HOLD: Duration = Duration::from_secs(30);
 /// A rate change smaller than this fraction is not applied.
 const NEGLIGIBLE: f64 = 0.001;
 
@@ -48,36 +51,51 @@ const NEGLIGIBLE: f64 = 0.001;
 /// # How the rate moves
 ///
 /// Calls are paced as by a [`GcraLimiter`] (evenly, with a burst of 1 by
-/// default) at the current rate, which follows the CUBIC curve of TCP CUBIC
-/// (RFC 9438) and of the AWS SDKs' adaptive retry mode:
+/// default) at the current rate, which holds on a plateau just under the
+/// upstream's capacity as the refusals estimate it, and probes above it
+/// rarely:
 ///
-/// * a **refusal** (a 429, a 503, an exhausted quota) multiplies the rate by
-///   [`decrease`](AdaptiveRateLimiterBuilder::decrease) (0.7 by default).
-///   Refusals of calls sent before the last decrease are the same overload
+/// * an upstream that limits a rate (a token bucket, GCRA, nginx's
+///   `limit_req`, with or without `nodelay`) serves, from a moment its
+///   bucket is full (the end of the pause it asked for), its burst `a` and
+///   then its capacity `C`: the first call it refuses was sent after
+///   `a + C·T` calls in `T` seconds. The **first refusal** cuts the rate
+///   to a quarter (by [`decrease`](AdaptiveRateLimiterBuilder::decrease),
+///   0.5 by default, squared: the starting rate was a guess); the
+///   **second**, sent at another rate after the pause, gives the line
+///   through both: `C` and `a`. From then on, **each refusal** tells the
+///   capacity by itself: the one over which the calls sent since the
+///   pause exceeded it by `a`;
+/// * with an estimate, the rate holds at 98 % of it for
+///   [`hold`](AdaptiveRateLimiterBuilder::hold) (30 s by default), then
+///   probes above it, by 5 % of the plateau 2 s after the hold, 40 % after
+///   4 s, twice after 5.4 s: a limit that went up is found, and one that
+///   did not refuses the probe, once, which gives a better estimate;
+///   without one (the upstream is not a bucket that refills), the rate is
+///   cut by `decrease` and probes again after a second, or, after a
+///   probe, returns to the plateau it held;
+/// * refusals of calls sent before the last decrease are the same overload
 ///   and do not decrease it again, so a burst of refusals is one decrease;
-/// * while calls succeed, the rate climbs back along
-///   `C·(t − K)³ + W`, where `W` is the rate that was refused and `K` the
-///   time to regain it: fast at first, flat near `W`, then probing beyond
-///   it, slowly and then faster, in case the limit went up;
 /// * the rate only grows while it is in use (callers were waiting for it),
 ///   so a client that sends little is not allowed a rate it never tried;
 /// * a **stated quota** (`RateLimit-Policy`) is adopted at once, and the
 ///   rate stays at or below it;
 /// * with [`queueing_delay`](AdaptiveRateLimiterBuilder::queueing_delay),
 ///   a success whose latency exceeds the lowest recent latency by that much
-///   means the upstream queued it (a leaky bucket that delays before it
-///   refuses, an overloaded server): before any refusal, the rate is cut by
-///   the share of a second the call waited in the upstream's queue (its
-///   latency above the lowest), so that the queue drains in about a
-///   second: by 3 % at least and by `decrease` at most. The curve does not
-///   climb back to the rate that queued: it probes beyond the cut rate,
-///   slowly at first.
+///   means the upstream queued it (an overloaded server): before any
+///   refusal, the rate is cut by the share of a second the call waited in
+///   the upstream's queue (its latency above the lowest), so that the queue
+///   drains in about a second: by 3 % at least and by `decrease` at most,
+///   and holds there for a second before it probes.
 ///
 /// The pause an upstream asks for (`Retry-After`) is separate and obeyed
 /// as it is: `http::FeedbackLayer` pauses the
 /// limiter ([`set_next_available_time`](Limiter::set_next_available_time))
-/// on top of the decrease. The climb starts when the pause ends: the time
-/// nobody may use the rate is counted once, not again as unused time.
+/// on top of the decrease. The plateau starts when the pause ends: the
+/// time nobody may use the rate is counted once, not again as unused time.
+///
+/// What this reaches, measured against each kind of upstream, is in the
+/// README (`examples/adaptive_upstreams.rs` in the repository measures it).
 ///
 /// It reads tokio's clock, so paused-time tests drive it.
 ///
@@ -91,9 +109,9 @@ const NEGLIGIBLE: f64 = 0.001;
 /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?).build()?;
 /// assert_eq!(limiter.current_rate(), 100.0);
 ///
-/// // The upstream refused a call: 30% slower.
+/// // The upstream refused a call: the first refusal cuts to a quarter.
 /// limiter.record_refusal(Instant::now());
-/// assert_eq!(limiter.current_rate(), 70.0);
+/// assert_eq!(limiter.current_rate(), 25.0);
 /// # Ok(())
 /// # }
 /// ```
@@ -115,6 +133,8 @@ struct Adaptive<P> {
     steering: Mutex<Steering>,
     /// Whether the curve is shared through the pacer's store.
     sharing: bool,
+    /// The signals on their way to the shared curve (see `publish`).
+    outbox: Mutex<Option<mpsc::UnboundedSender<Signal>>>,
     wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
@@ -122,6 +142,9 @@ struct Adaptive<P> {
     /// 1; 0 while nobody ever was): until a little after it, the rate is in
     /// use, so it may grow.
     last_denial: AtomicU64,
+    /// The calls granted so far (counted in one process only: the
+    /// curve's segments count the calls sent from their start).
+    granted: AtomicU64,
     /// The pace in force, as `f64` bits.
     applied: AtomicU64,
     base: Instant,
@@ -161,8 +184,9 @@ impl AdaptiveRateLimiter {
             floor: None,
             ceiling: None,
             burst: 1,
-            decrease: 0.7,
+            decrease: 0.5,
             queueing_delay: None,
+            hold: DEFAULT_HOLD,
             #[cfg(feature = "metrics")]
             name: None,
         }
@@ -198,12 +222,14 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     /// let sent = Instant::now();
     /// limiter.record_refusal(sent);
     /// limiter.record_refusal(sent); // the same overload
-    /// assert_eq!(limiter.current_rate().round(), 7.0);
+    /// assert_eq!(limiter.current_rate(), 2.5); // the first refusal: a quarter
     /// # Ok(())
     /// # }
     /// ```
     pub fn record_refusal(&self, sent_at: Instant) {
-        self.shared.steer(|_, _| Some(Signal::Refused { sent_at }));
+        let granted = (!self.shared.sharing).then(|| self.shared.granted.load(Ordering::Relaxed));
+        self.shared
+            .steer(|curve, now| Some(curve.refusal(sent_at, granted, now)));
     }
 
     /// A call sent at `sent_at` succeeded now. With a
@@ -291,17 +317,42 @@ impl<P: Pacer> Adaptive<P> {
         let Some(signal) = classify(&mut steering.curve, now) else {
             return;
         };
-        if steering.curve.apply(signal, now) {
+        if steering
+            .curve
+            .apply(signal, now, self.granted.load(Ordering::Relaxed))
+        {
             let rate = steering.curve.rate(now);
             tracing::debug!(rate, ?signal, "adaptive rate changed");
             self.apply(rate);
             if self.sharing {
-                let this = Arc::clone(self);
-                spawn_or_warn("adaptive", "share a rate change", async move {
-                    this.share(signal).await;
-                });
+                self.publish(signal);
             }
         }
+    }
+
+    /// Queues `signal` for the shared curve. One task per limiter writes
+    /// them in the order they came: a refusal before the pause it asked
+    /// for, as the curve needs them (it measures from the pause's end).
+    fn publish(self: &Arc<Self>, signal: Signal) {
+        let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = outbox.as_ref()
+            && sender.send(signal).is_ok()
+        {
+            return;
+        }
+        let (sender, mut receiver) = mpsc::unbounded_channel();
+        // The receiver is alive: it is right here.
+        let _ = sender.send(signal);
+        let this = Arc::downgrade(self);
+        spawn_or_warn("adaptive", "share a rate change", async move {
+            while let Some(signal) = receiver.recv().await {
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                this.share(signal).await;
+            }
+        });
+        *outbox = Some(sender);
     }
 
     /// Writes `signal` into the shared curve: read, move, compare-and-set,
@@ -354,7 +405,7 @@ impl<P: Pacer> Adaptive<P> {
 
     /// Follows the shared curve: takes its `state` if it is newer than the
     /// one this process mirrors, and paces at its rate.
-    fn mirror(&self, state: cubic::CurveState, version: u64) {
+    fn mirror(&self, state: plateau::CurveState, version: u64) {
         let now = Instant::now();
         let mut steering = self.steering();
         if version > steering.version {
@@ -446,11 +497,19 @@ impl<P: Pacer> Adaptive<P> {
         }
     }
 
-    /// Passes `answer` on, noting a denial: the rate is in use.
+    /// Passes `answer` on, counting a grant, and noting a denial: the rate
+    /// is in use.
     fn noted(&self, answer: Result<Admission, LimiterError>) -> Result<Admission, LimiterError> {
-        if let Ok(Admission::Denied(_)) = answer {
-            let at = nanos(Instant::now().saturating_duration_since(self.base)).max(1);
-            self.last_denial.fetch_max(at, Ordering::Relaxed);
+        match &answer {
+            Ok(Admission::Granted(permit)) => {
+                self.granted
+                    .fetch_add(u64::from(permit.cost()), Ordering::Relaxed);
+            }
+            Ok(Admission::Denied(_)) => {
+                let at = nanos(Instant::now().saturating_duration_since(self.base)).max(1);
+                self.last_denial.fetch_max(at, Ordering::Relaxed);
+            }
+            Err(_) => {}
         }
         answer
     }
@@ -568,6 +627,7 @@ pub struct AdaptiveRateLimiterBuilder {
     burst: u32,
     decrease: f64,
     queueing_delay: Option<Duration>,
+    hold: Duration,
     #[cfg(feature = "metrics")]
     name: Option<String>,
 }
@@ -625,8 +685,9 @@ impl AdaptiveRateLimiterBuilder {
         self
     }
 
-    /// What a refusal multiplies the rate by (default 0.7, as the AWS
-    /// SDKs); from 0 to 1, both excluded.
+    /// What a refusal multiplies the rate by when the refusals do not yet
+    /// tell the upstream's capacity (default 0.5; the first refusal
+    /// multiplies it by its square, a quarter); from 0 to 1, both excluded.
     ///
     /// ```
     /// use tower_limits::{AdaptiveRateLimiter, Rate};
@@ -643,12 +704,14 @@ impl AdaptiveRateLimiterBuilder {
     }
 
     /// Slows down when a call's latency exceeds the lowest recent latency
-    /// by `delay`: the upstream is queueing calls, as a leaky bucket that
-    /// delays before it refuses does. The rate is cut by the share of a
-    /// second the call waited (3 % at least, `decrease` at most). Off by default:
-    /// pick a `delay` well above the upstream's normal jitter (it suits
-    /// upstreams whose latency is steady; not one whose answers take
-    /// seconds more or less).
+    /// by `delay`: the upstream is queueing calls, as an overloaded server
+    /// does before it refuses. The rate is cut by the share of a second the
+    /// call waited (3 % at least, `decrease` at most). Off by default: the
+    /// refusals alone find a rate limiter that queues (nginx's `limit_req`
+    /// without `nodelay`), and a cut for a queue restarts the count of the
+    /// calls they measure the capacity with. Pick a `delay` well above the
+    /// upstream's normal jitter (it suits upstreams whose latency is
+    /// steady; not one whose answers take seconds more or less).
     ///
     /// ```
     /// use std::time::Duration;
@@ -663,6 +726,26 @@ impl AdaptiveRateLimiterBuilder {
     /// ```
     pub fn queueing_delay(mut self, delay: Duration) -> Self {
         self.queueing_delay = Some(delay);
+        self
+    }
+
+    /// How long the rate holds just under the upstream's estimated capacity
+    /// before it probes above it (default 30 s). Every probe the upstream
+    /// refuses costs the pause it asks for; a shorter hold finds a limit
+    /// that went up sooner, at the price of more refusals.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{AdaptiveRateLimiter, Rate};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = AdaptiveRateLimiter::builder(Rate::per_second(10)?).hold(Duration::from_secs(5));
+    /// # let _ = builder;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -685,8 +768,8 @@ impl AdaptiveRateLimiterBuilder {
     /// let limiter = AdaptiveRateLimiter::builder(Rate::per_second(100)?)
     ///     .name("search-api") // tower_limits_adaptive_rate{limiter="search-api"} = 100
     ///     .build()?;
-    /// limiter.record_refusal(Instant::now()); // the gauge goes to 70
-    /// assert_eq!(limiter.current_rate(), 70.0);
+    /// limiter.record_refusal(Instant::now()); // the gauge goes to 25
+    /// assert_eq!(limiter.current_rate(), 25.0);
     /// # Ok(())
     /// # }
     /// ```
@@ -739,7 +822,11 @@ impl AdaptiveRateLimiterBuilder {
     /// not the fleet uses it (a process cannot tell that the others are
     /// idle): after a quiet spell, the first calls may go at up to the
     /// ceiling until the upstream refuses, so set a ceiling near the rate
-    /// you expect. The processes' wall clocks should agree to a few
+    /// you expect. Nor can a process count the others' calls: the
+    /// capacity a refusal tells is reckoned from the pace the fleet was
+    /// allowed, which a busy fleet may not have used in full. Each
+    /// process writes its signals to the shared curve in the order they
+    /// came. The processes' wall clocks should agree to a few
     /// milliseconds (they compare when calls were sent).
     ///
     /// [`Retry-After`]: crate::Limiter::set_next_available_time
@@ -793,9 +880,11 @@ impl AdaptiveRateLimiterBuilder {
                 version: 0,
             }),
             sharing,
+            outbox: Mutex::new(None),
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             base: now,
             #[cfg(feature = "metrics")]
@@ -840,9 +929,8 @@ impl AdaptiveRateLimiterBuilder {
             floor,
             ceiling,
             decrease: self.decrease,
-            gentle_decrease: 0.97,
-            growth: 0.4,
             queueing_delay: self.queueing_delay,
+            hold: self.hold,
         })
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::cubic::CurveState;
+use super::plateau::{CurveState, Point};
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
 use crate::limiters::{GcraLimiter, SharedLimiter};
@@ -190,11 +190,11 @@ impl WallClock {
         CurveRecord::from_words(
             version,
             [
-                micro_units(state.w_max),
-                micro_units(state.k),
+                micro_units(state.plateau),
+                micros(state.hold),
                 self.to_unix(state.origin),
                 optional(state.refused_until),
-                optional(state.queued_until),
+                state.point.map_or(0, pack),
                 state.stated.map_or(0, micro_units),
             ],
         )
@@ -202,19 +202,42 @@ impl WallClock {
 
     /// The curve a store kept; `None` if its words are not one.
     pub(super) fn state(self, record: &CurveRecord) -> Option<CurveState> {
-        let [w_max, k, origin, refused_until, queued_until, stated] = record.words();
-        let optional = |micros: i64| (micros != 0).then(|| self.to_instant(micros));
+        let [plateau, hold, origin, refused_until, point, stated] = record.words();
         let state = CurveState {
-            w_max: from_micro_units(w_max),
-            k: from_micro_units(k),
+            plateau: from_micro_units(plateau),
+            hold: Duration::from_micros(u64::try_from(hold).ok()?),
             origin: self.to_instant(origin),
-            refused_until: optional(refused_until),
-            queued_until: optional(queued_until),
+            refused_until: (refused_until != 0).then(|| self.to_instant(refused_until)),
+            point: unpack(point),
             stated: (stated != 0).then(|| from_micro_units(stated)),
         };
-        (state.w_max > 0.0 && state.k >= 0.0 && state.stated.is_none_or(|rate| rate > 0.0))
-            .then_some(state)
+        (state.plateau > 0.0 && state.stated.is_none_or(|rate| rate > 0.0)).then_some(state)
     }
+}
+
+/// Bits of a packed [`Point`] that hold its time, in milliseconds (up to
+/// 17 minutes); the calls sent, in thousandths, take the 33 bits above
+/// (up to 8.5 million): a word of 53 bits, which a script that stores
+/// numbers as doubles keeps exact.
+const POINT_TIME_BITS: u32 = 20;
+
+/// `point` in one word; 0 (none) if it does not fit.
+fn pack(point: Point) -> i64 {
+    let after = (point.after * 1e3).round();
+    let sent = (point.sent * 1e3).round();
+    let fits = (0.0..f64::from(1_u32 << POINT_TIME_BITS)).contains(&after)
+        && (0.0..(1_u64 << 33) as f64).contains(&sent);
+    if !fits {
+        return 0;
+    }
+    ((sent as i64) << POINT_TIME_BITS) | after as i64
+}
+
+fn unpack(word: i64) -> Option<Point> {
+    (word > 0).then(|| Point {
+        after: (word & ((1 << POINT_TIME_BITS) - 1)) as f64 / 1e3,
+        sent: (word >> POINT_TIME_BITS) as f64 / 1e3,
+    })
 }
 
 fn micros(duration: Duration) -> i64 {
