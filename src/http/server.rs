@@ -728,13 +728,9 @@ impl Advertise {
         let Some(name) = &self.name else {
             return headers;
         };
-        // A key forgotten since, with no room to take it back: nothing to read.
-        let answer = match keyed.quota(key) {
-            Err(_) => return headers,
-            Ok(Ok(inline)) => Ok(Some(inline)),
-            Ok(Err(limiter)) => limiter.quota_status().await,
-        };
-        let quota = match answer {
+        // A key forgotten since, with no room to take it back, is an error:
+        // nothing to read.
+        let quota = match keyed.quota_status(key).await {
             Ok(Some(quota)) => quota,
             Ok(None) => {
                 self.no_quota();

@@ -15,6 +15,7 @@ use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limiter::{Admission, Limiter, LimiterFuture};
 use crate::limiters::strategies::InlineState;
 use crate::line::Queue;
+use crate::quota_status::QuotaStatus;
 
 /// The default bound on the number of keys held at once.
 const DEFAULT_MAX_KEYS: usize = 10_000;
@@ -334,13 +335,44 @@ where
         })
     }
 
+    /// What `key`'s limiter says of its quota
+    /// ([`Limiter::quota_status`]): the limit, what is left and when it
+    /// refills, for `RateLimit` headers or a tenant's dashboard; `None`
+    /// from limiters that keep no quota (a concurrency limit). A key kept
+    /// inline is read in place, without making its limiter; a key not seen
+    /// before reads as a fresh one. A [`KeysFull`] inside the
+    /// [`LimiterError`] if the key is new and finds no room.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 10 a minute per tenant, all 10 at once if they like.
+    /// let per_tenant = KeyedLimiter::of(GcraLimiter::new(10, Duration::from_secs(60))?.with_burst(10)?)
+    ///     .build()?;
+    /// for _ in 0..3 {
+    ///     drop(per_tenant.try_acquire(&"acme").await?);
+    /// }
+    /// let acme = per_tenant.quota_status(&"acme").await?.expect("a GCRA keeps a quota");
+    /// assert_eq!((acme.limit(), acme.remaining()), (10, 7));
+    /// let globex = per_tenant.quota_status(&"globex").await?.expect("a GCRA keeps a quota");
+    /// assert_eq!(globex.remaining(), 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn quota_status(&self, key: &K) -> Result<Option<QuotaStatus>, LimiterError> {
+        match self.quota(key) {
+            Ok(Ok(inline)) => Ok(Some(inline)),
+            Ok(Err(limiter)) => limiter.quota_status().await,
+            Err(full) => Err(LimiterError::new(full)),
+        }
+    }
+
     /// `key`'s quota, read in place if the key is kept inline (no limiter
     /// is made for it); otherwise its limiter, to ask.
-    #[cfg(feature = "http")]
-    pub(crate) fn quota(
-        &self,
-        key: &K,
-    ) -> Result<Result<crate::quota_status::QuotaStatus, L>, KeysFull> {
+    fn quota(&self, key: &K) -> Result<Result<QuotaStatus, L>, KeysFull> {
         let hash = self.inner.hash(key);
         self.with_place(hash, key, Form::Decision, |place| match place {
             Place::Inline(tat) => {
@@ -1240,7 +1272,6 @@ mod tests {
     }
 
     /// A key kept inline reports the quota its own limiter would.
-    #[cfg(feature = "http")]
     #[tokio::test(start_paused = true)]
     async fn an_inline_key_reports_the_quota_of_a_limiter_of_its_own() {
         let template = crate::limiters::GcraLimiter::new(2, Duration::from_secs(1))

@@ -484,7 +484,6 @@ impl<L> InlineState<L> {
 
     /// [`Limiter::quota_status`](crate::Limiter::quota_status) of a key
     /// whose state is `tat`, read in place.
-    #[cfg(feature = "http")]
     pub(crate) fn quota_status(&self, tat: u64) -> QuotaStatus {
         quota_status(self.config, self.now(), 0, tat)
     }
