@@ -10,7 +10,7 @@
 //! |---|---|
 //! | [`NullLimiter`] | always (no limit) |
 //! | [`ConcurrencyLimiter`] | fewer than `max` calls are running |
-//! | [`RateLimiter`] | fewer than `max` calls started in the sliding window; backs off with jitter once it fills |
+//! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: by default fewer than `max` calls started in the sliding window, backing off with jitter once it fills; or GCRA, a token bucket, a fixed or sliding window counter; in memory, or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start (cost × that, after a costly call), whatever the number of callers and the call duration |
 //! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell) |
@@ -22,7 +22,6 @@
 //! | [`AdaptiveConcurrencyLimiter`] | fewer calls are running than a limit that follows the upstream's latency (a gradient, as Netflix's concurrency-limits): more while calls are fast, fewer as they slow down |
 //! | [`CompositeLimiter`] | every part admits it |
 //! | [`KeyedLimiter`] | the limiter of the call's key (tenant, API key, route) admits it; bounded memory |
-//! | [`SharedLimiter`] | a GCRA, token bucket or window [`Quota`](store::Quota) kept in a [store] (Redis with feature `redis`, PostgreSQL with feature `postgres`, one SQLite file with feature `sqlite`) admits it, across processes |
 //! | [`BatchedLimiter`] | a fleet-wide GCRA quota in a store admits it, taken in batches and spent locally: millions of admissions a second, each process ahead of the fleet by at most one batch |
 //! | [`LeasedConcurrencyLimiter`] | fewer than `max` leases are held across processes; leases expire unless renewed |
 //! | [`Failover`] | its store-backed limiter admits it, or, while the store is down, its [`OutagePolicy`] does |
@@ -79,8 +78,8 @@
 //!   [`KeyedLimitLayer`](limit::KeyedLimitLayer); one shared limit split fairly among tenants:
 //!   [`FairLimitLayer`](limit::FairLimitLayer); a server answering `429` per client:
 //!   `http::TooManyRequestsLayer`.
-//! - **A fleet of processes behind one limit**: [`SharedLimiter`] (a store
-//!   decides every call), [`BatchedLimiter`] (batches, for high rates),
+//! - **A fleet of processes behind one limit**: [`RateLimiter`] on a shared
+//!   store (the store decides every call), [`BatchedLimiter`] (batches, for high rates),
 //!   [`LeasedConcurrencyLimiter`] (slots); wrap in [`Failover`] to choose
 //!   what happens when the store is down.
 //! - **Costs that vary per call** (tokens of an LLM API): any limiter with
@@ -183,7 +182,7 @@ pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
     GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter,
-    OutagePolicy, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    OutagePolicy, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 pub use quota_status::QuotaStatus;
 pub use rate::Rate;

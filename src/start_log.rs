@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 /// instant. A call's cost is a number on its entry, never a run of entries,
 /// so memory follows the instants at which calls started, not numbers from
 /// outside.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StartLog {
     starts: VecDeque<Start>,
     /// The units of all entries (saturating: a total past `u64::MAX` units
@@ -20,7 +20,7 @@ pub(crate) struct StartLog {
 }
 
 /// Units started at one instant.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Start {
     pub(crate) at: u64,
     pub(crate) units: u64,
@@ -120,7 +120,9 @@ impl StartLog {
         }
     }
 
-    /// The entries within the window ending at `now`, oldest first.
+    /// The entries within the window ending at `now`, oldest first: what the
+    /// tests below read.
+    #[cfg(test)]
     pub(crate) fn in_window(&self, now: u64, window: u64) -> impl Iterator<Item = Start> + '_ {
         let horizon = now.checked_sub(window);
         self.starts

@@ -25,7 +25,7 @@
 //!   temporary directory, 1 and 4 callers over 4 connections. Needs nothing.
 //!
 //! Each count of callers runs twice: the store's own decisions, and the
-//! same decisions as calls through a `LimitLayer` on a `SharedLimiter`
+//! same decisions as calls through a `LimitLayer` on a `RateLimiter`
 //! (`_through_layer`), each caller with its own clone of the service, as a
 //! server's connections hold them.
 //!
@@ -41,10 +41,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tower_limits::store::{
-    PostgresStore, Quota, QuotaStore, RateLimiterStore, RedisStore, SqliteStore,
-};
-use tower_limits::{LimitLayer, SharedLimiter};
+use tower_limits::store::{PostgresStore, Quota, QuotaStore, RedisStore, SqliteStore};
+use tower_limits::{LimitLayer, RateLimiter};
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -88,14 +86,14 @@ async fn decide_concurrently<S: QuotaStore + Clone>(
 }
 
 /// `iterations` calls made by `callers` tasks at once, each through its own
-/// clone of one service limited by a [`SharedLimiter`] on `store`: what a
+/// clone of one service limited by a [`RateLimiter`] on `store`: what a
 /// user's stack costs beside the bare decisions of [`decide_concurrently`].
 async fn call_concurrently<S: QuotaStore + Clone>(
     store: &S,
     callers: u64,
     iterations: u64,
 ) -> Duration {
-    let limiter = SharedLimiter::new(store.clone(), "bench", quota());
+    let limiter = RateLimiter::new(store.clone(), "bench", quota());
     let service = LimitLayer::new(limiter).layer(service_fn(|()| async {
         Ok::<_, std::convert::Infallible>(())
     }));

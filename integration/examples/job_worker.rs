@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! LimitLayer(LeasedConcurrencyLimiter)   at most N jobs running, in all workers
-//!   LimitLayer(SharedLimiter GCRA 20/s)  one rate for every worker
+//!   LimitLayer(RateLimiter GCRA 20/s)  one rate for every worker
 //!     the job: one request upstream
 //! ```
 //!
@@ -63,7 +63,7 @@ use tower_limits::http::Advice;
 use tower_limits::job::{RetryableJobError, reschedule};
 use tower_limits::limit::FairLimitLayer;
 use tower_limits::store::{Quota, RedisStore};
-use tower_limits::{ConcurrencyLimiter, LeasedConcurrencyLimiter, LimitLayer, SharedLimiter};
+use tower_limits::{ConcurrencyLimiter, LeasedConcurrencyLimiter, LimitLayer, RateLimiter};
 
 /// Requests the upstream allows in any one-second window.
 pub const RATE: u32 = 20;
@@ -399,7 +399,7 @@ struct Deps {
     client: reqwest::Client,
     url: String,
     worker: String,
-    rate: SharedLimiter<RedisStore>,
+    rate: RateLimiter<RedisStore>,
     queue: RedisStorage<Job>,
     rescheduled: Arc<AtomicU32>,
 }
@@ -444,13 +444,9 @@ pub async fn store(settings: &WorkerSettings) -> Result<RedisStore, BoxError> {
 pub fn rate_limit(
     store: RedisStore,
     settings: &WorkerSettings,
-) -> Result<SharedLimiter<RedisStore>, BoxError> {
+) -> Result<RateLimiter<RedisStore>, BoxError> {
     let quota = Quota::gcra(settings.rate, WINDOW)?;
-    Ok(SharedLimiter::new(
-        store,
-        settings.downstream.clone(),
-        quota,
-    ))
+    Ok(RateLimiter::new(store, settings.downstream.clone(), quota))
 }
 
 /// What a worker did.
@@ -523,8 +519,8 @@ pub async fn run_worker(
 /// clone of `fair` take turns, tenant by tenant, for the shared rate `rate`.
 pub async fn run_tenant_worker<F>(
     settings: WorkerSettings,
-    rate: SharedLimiter<RedisStore>,
-    fair: FairLimitLayer<String, SharedLimiter<RedisStore>, F>,
+    rate: RateLimiter<RedisStore>,
+    fair: FairLimitLayer<String, RateLimiter<RedisStore>, F>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<WorkerReport, BoxError>
 where
@@ -537,8 +533,8 @@ where
 /// The fair layer of tenant workers sharing `rate`: the key is the job's
 /// tenant.
 pub fn fair_layer(
-    rate: SharedLimiter<RedisStore>,
-) -> FairLimitLayer<String, SharedLimiter<RedisStore>, impl Fn(&Task<Job>) -> String + Clone> {
+    rate: RateLimiter<RedisStore>,
+) -> FairLimitLayer<String, RateLimiter<RedisStore>, impl Fn(&Task<Job>) -> String + Clone> {
     FairLimitLayer::new(rate, |task: &Task<Job>| task.args.tenant.clone())
 }
 

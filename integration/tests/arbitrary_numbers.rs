@@ -27,7 +27,7 @@ use tower_limits::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
-    SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 #[global_allocator]
@@ -248,7 +248,9 @@ impl Make {
                     None => builder.without_backoff(),
                 };
                 Subject::new(builder.build()?, |l: &RateLimiter, n, d, _| {
-                    l.set_limit(n, d)
+                    let quota = Quota::sliding_log(n, d)?.with_backoff(l.quota().backoff())?;
+                    l.set_quota(quota);
+                    Ok(())
                 })
             }
             Make::Delay(delay) => {
@@ -289,7 +291,7 @@ impl Make {
                     2 => Quota::fixed_window(count, period)?,
                     _ => Quota::sliding_window_counter(count, period)?,
                 };
-                Subject::fixed(SharedLimiter::new(MemoryStore::new(), "arbitrary", quota))
+                Subject::fixed(RateLimiter::new(MemoryStore::new(), "arbitrary", quota))
             }
             Make::Leased(max, ttl) => Subject::fixed(LeasedConcurrencyLimiter::new(
                 MemoryStore::new(),

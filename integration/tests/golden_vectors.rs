@@ -14,7 +14,7 @@
 //!
 //! * **Expected**: the Rust decisions on tokio's paused clock, advanced to
 //!   each step: for GCRA and the token bucket the stores' own (a
-//!   `SharedLimiter` on a `MemoryStore`, whose quota state SQLite also
+//!   `RateLimiter` on a `MemoryStore`, whose quota state SQLite also
 //!   runs), for the windows the in-memory `FixedWindowLimiter` and
 //!   `SlidingWindowCounterLimiter` (the same functions of
 //!   `src/algorithms`), for the sliding log `RateLimiter` on its
@@ -32,7 +32,7 @@
 //! * **SQLite**: the same scripts through the public limiters on a
 //!   `SqliteStore` whose clock is tokio's paused one
 //!   (`SqliteStoreBuilder::clock`), for the windows and the sliding log.
-//!   GCRA is not replayed there: a `SharedLimiter` on a store that answers
+//!   GCRA is not replayed there: a `RateLimiter` on a store that answers
 //!   in a task cannot learn a settled grant's new ticket, so it refuses a
 //!   later refund the reference makes; SQLite's GCRA decisions are the
 //!   reference's own code (`src/store/quota_state.rs`).
@@ -82,8 +82,8 @@ use tower_limits::error::CostTooHigh;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota, SqliteStore};
 use tower_limits::{
-    FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SharedLimiter,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
+    FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -165,7 +165,7 @@ struct Config {
 impl Config {
     /// The most one call may cost: what the crate's callers check a cost
     /// against before asking a store (`Quota::capacity`,
-    /// `WindowPolicy::max_executions`).
+    /// `Quota::capacity`).
     fn capacity(&self) -> u32 {
         match self.algorithm {
             Algorithm::Gcra | Algorithm::TokenBucket => self.burst,
@@ -421,11 +421,11 @@ fn build(config: &Config) -> Arc<dyn Limiter> {
         Algorithm::Gcra => {
             let quota = Quota::gcra(config.count, period).unwrap();
             let quota = quota.with_burst(config.burst).unwrap();
-            Arc::new(SharedLimiter::new(MemoryStore::new(), config.name, quota))
+            Arc::new(RateLimiter::new(MemoryStore::new(), config.name, quota))
         }
         Algorithm::TokenBucket => {
             let quota = Quota::token_bucket(config.burst, config.count, period).unwrap();
-            Arc::new(SharedLimiter::new(MemoryStore::new(), config.name, quota))
+            Arc::new(RateLimiter::new(MemoryStore::new(), config.name, quota))
         }
         Algorithm::FixedWindow => Arc::new(FixedWindowLimiter::new(config.count, period).unwrap()),
         Algorithm::SlidingWindowCounter => {
@@ -569,7 +569,7 @@ fn wait_in(reply: &[i64]) -> Result<u64, BoxError> {
 }
 
 /// Replays `steps` on a store as the crate's callers drive it:
-/// `SharedLimiter` for the quotas, `RateLimiter` for the sliding log (which
+/// `RateLimiter` for the quotas, `RateLimiter` for the sliding log (which
 /// checks the cost on acquire only, not on peek).
 async fn replay(
     backend: &mut impl Backend,
@@ -1077,7 +1077,7 @@ fn on_sqlite(config: &Config, store: SqliteStore) -> Arc<dyn Limiter> {
             return Arc::new(builder.store(store).build().unwrap());
         }
     };
-    Arc::new(SharedLimiter::new(store, name, quota.unwrap()))
+    Arc::new(RateLimiter::new(store, name, quota.unwrap()))
 }
 
 /// Replays `vectors` on SQLite, on a file of its own per vector whose
@@ -1090,7 +1090,7 @@ fn replay_on_sqlite(vectors: &[Vector]) -> (Vec<String>, usize) {
     let mut compared = 0;
     // GCRA through SQLite is left out: its settles run in a task, so a
     // permit settled once keeps its old ticket and a later refund of it is
-    // refused (the stricter side, documented on `SharedLimiter::settle`),
+    // refused (the stricter side, documented on `RateLimiter::settle`),
     // where the reference answers at once. Its decisions are the
     // reference's own code (`QuotaState`).
     let replayed = vectors.iter().filter(|vector| !vector.config.is_cells());

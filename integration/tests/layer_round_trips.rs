@@ -493,7 +493,7 @@ async fn a_concurrency_limit_answering_later_holds_for_1000_callers_on_4_threads
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn over_redis_every_layer_has_many_decisions_in_flight_and_grants_exactly_the_limit() {
-    use tower_limits::SharedLimiter;
+    use tower_limits::RateLimiter;
     use tower_limits::store::Quota;
 
     for layer in 0..LAYERS {
@@ -502,7 +502,7 @@ async fn over_redis_every_layer_has_many_decisions_in_flight_and_grants_exactly_
         };
         let log = Arc::default();
         let quota = Quota::fixed_window(200, secs(3_600)).unwrap();
-        let shared = SharedLimiter::new(store, "layers", quota);
+        let shared = RateLimiter::new(store, "layers", quota);
         let limiter = RoundTrip::with_trip(shared.clone(), &log, Trip::Store);
         let (name, stack) = nth_stack(&limiter, layer);
         tokio::time::timeout(secs(30), admit_all(spawn_callers(&stack, 200)))

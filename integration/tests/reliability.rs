@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout};
 use tower_limits::error::{KeysFull, LimiterError};
 use tower_limits::limiter::{Admission, Denial, LimiterFuture};
-use tower_limits::store::{MAX_LEASES, MemoryStore, StoreError, StoreErrorKind};
+use tower_limits::store::{MAX_LEASES, MemoryStore, Quota, StoreError, StoreErrorKind};
 use tower_limits::{
     ConcurrencyLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt, OutagePolicy,
@@ -120,7 +120,9 @@ async fn extreme_capacities_and_costs_answer_without_panicking() {
             let limiter = make();
             assert!(limiter.peek(cost).await.unwrap().is_none());
             drop(granted(limiter.try_acquire_many(cost).await.unwrap()));
-            limiter.set_limit(u32::MAX, secs(1)).unwrap();
+            let backoff = limiter.quota().backoff();
+            let quota = Quota::sliding_log(u32::MAX, secs(1)).unwrap();
+            limiter.set_quota(quota.with_backoff(backoff).unwrap());
             // Only a cost that fills the window starts the default backoff.
             let backing_off = limiter.peek(0).await.unwrap().is_some();
             assert_eq!(backing_off, cost == u32::MAX, "cost {cost}");

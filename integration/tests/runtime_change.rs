@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::secs;
 use tokio::time::Instant;
 use tower_limits::limiter::Admission;
+use tower_limits::store::Quota;
 use tower_limits::{ConcurrencyLimiter, DelayLimiter, Limiter, LimiterExt, Permit, RateLimiter};
 
 async fn granted(limiter: &impl Limiter) -> Option<Permit> {
@@ -61,16 +62,20 @@ async fn an_invalid_new_maximum_is_refused_and_the_old_one_kept() {
         "max_concurrent"
     );
     assert_eq!(limiter.max_concurrent(), 2);
-    let rate = RateLimiter::builder("r", 5, secs(1)).build().unwrap();
+    // A rate limiter's new quota is validated before it exists.
     assert_eq!(
-        rate.set_limit(0, secs(1)).unwrap_err().field(),
+        Quota::sliding_log(0, secs(1)).unwrap_err().field(),
         "max_executions"
     );
     assert_eq!(
-        rate.set_limit(5, Duration::ZERO).unwrap_err().field(),
+        Quota::sliding_log(5, Duration::ZERO).unwrap_err().field(),
         "window"
     );
-    assert_eq!(rate.policy().max_executions(), 5);
+}
+
+/// A sliding log quota without a backoff.
+fn log(max: u32, window: Duration) -> Quota {
+    Quota::sliding_log(max, window).unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -82,9 +87,9 @@ async fn a_new_rate_limit_counts_the_starts_already_recorded() {
     for _ in 0..3 {
         drop(granted(&limiter).await.unwrap());
     }
-    limiter.set_limit(2, secs(10)).unwrap();
+    limiter.set_quota(log(2, secs(10)));
     assert!(granted(&limiter).await.is_none(), "3 recorded, new max 2");
-    limiter.set_limit(5, secs(10)).unwrap();
+    limiter.set_quota(log(5, secs(10)));
     assert!(granted(&limiter).await.is_some());
     assert!(granted(&limiter).await.is_some());
     assert!(granted(&limiter).await.is_none(), "5 recorded, max 5");
@@ -98,7 +103,7 @@ async fn a_shorter_window_frees_starts_sooner() {
         .build()
         .unwrap();
     drop(granted(&limiter).await.unwrap());
-    limiter.set_limit(1, secs(5)).unwrap();
+    limiter.set_quota(log(1, secs(5)));
     assert_eq!(
         limiter.next_available_time().await.unwrap(),
         start + secs(5)
@@ -118,7 +123,7 @@ async fn raising_a_rate_limit_wakes_a_waiting_caller() {
     };
     tokio::task::yield_now().await;
     let raised_at = Instant::now();
-    limiter.set_limit(2, secs(60)).unwrap();
+    limiter.set_quota(log(2, secs(60)));
     assert_eq!(waiter.await.unwrap().unwrap(), raised_at);
 }
 

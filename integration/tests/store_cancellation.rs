@@ -23,8 +23,8 @@ use std::time::Duration;
 use common::ms;
 use tower::{Service, ServiceExt, service_fn};
 use tower_layer::Layer;
-use tower_limits::store::{QuotaStore, RateLimiterStore};
-use tower_limits::{LimitLayer, Limiter, RateLimiter, SharedLimiter};
+use tower_limits::store::QuotaStore;
+use tower_limits::{LimitLayer, Limiter, RateLimiter};
 use tracing_subscriber::layer::{Layer as _, SubscriberExt};
 
 /// The units each limit holds.
@@ -208,11 +208,11 @@ where
 /// The probe's store timeout: long enough for a busy machine.
 const LONG: Duration = Duration::from_secs(5);
 
-/// Runs the storm on every quota in stores made by `make_store`, and on a
-/// sliding log, and asserts that nothing was lost.
+/// Runs the storm on every quota (the sliding log among them) in stores
+/// made by `make_store`, and asserts that nothing was lost.
 async fn storm_every_algorithm<S>(what: &str, pace: Pace, make_store: MakeStore<S>)
 where
-    S: QuotaStore + RateLimiterStore,
+    S: QuotaStore,
 {
     show_warnings();
     let mut losses = Vec::new();
@@ -223,8 +223,8 @@ where
         let aftermath = loop {
             let name = common::conformance::unique(algorithm);
             let before = common::conformance::day();
-            let limiter = SharedLimiter::new(make_store(pace.timeout).await, name.clone(), quota);
-            let probe = SharedLimiter::new(make_store(LONG).await, name, quota);
+            let limiter = RateLimiter::new(make_store(pace.timeout).await, name.clone(), quota);
+            let probe = RateLimiter::new(make_store(LONG).await, name, quota);
             let aftermath = storm(limiter, probe, pace, seed as u64 + 1).await;
             if common::conformance::day() == before {
                 break aftermath;
@@ -233,22 +233,6 @@ where
         };
         report(what, algorithm, &aftermath, &mut losses);
     }
-    let name = common::conformance::unique("sliding_log");
-    let log = |store| {
-        RateLimiter::builder(name.clone(), CAPACITY, common::conformance::DAY)
-            .without_backoff()
-            .store(store)
-            .build()
-            .unwrap()
-    };
-    let aftermath = storm(
-        log(make_store(pace.timeout).await),
-        log(make_store(LONG).await),
-        pace,
-        99,
-    )
-    .await;
-    report(what, "sliding_log", &aftermath, &mut losses);
     assert!(losses.is_empty(), "{what}: units lost: {losses:?}");
 }
 

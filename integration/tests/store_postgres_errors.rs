@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_limits::error::LimiterError;
 use tower_limits::store::{
-    LeaseStore, PostgresStore, Quota, QuotaStore, RateLimiterStore, StoreError, StoreErrorKind,
+    LeaseStore, PostgresStore, Quota, QuotaStore, StoreError, StoreErrorKind,
 };
 
 use common::conformance::unique;
@@ -183,12 +183,9 @@ async fn cleanup_deletes_dead_rows_only() {
         .lease(&long, 5, Duration::from_secs(60), 1, 2)
         .await
         .unwrap();
-    let limiter = tower_limits::RateLimiter::builder("log", 5, Duration::from_millis(10))
-        .without_backoff()
-        .build()
-        .unwrap();
+    let log = Quota::sliding_log(5, Duration::from_millis(10)).unwrap();
     store
-        .acquire(&store.key("log"), limiter.policy(), 2, 0.0)
+        .decide(&store.quota_key("log"), &log, 2)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;

@@ -16,10 +16,7 @@ use std::time::Duration;
 use common::conformance::unique;
 use common::redis::RedisCluster;
 use redis::aio::MultiplexedConnection;
-use tower_limits::RateLimiter;
-use tower_limits::store::{
-    LeaseStore, Quota, QuotaStore, RateLimiterStore, RedisStore, WindowDecision, WindowPolicy,
-};
+use tower_limits::store::{LeaseStore, Quota, QuotaStore, RedisStore, WindowDecision};
 
 const WHAT: &str = "the Redis Cluster tests";
 
@@ -99,14 +96,6 @@ impl Nodes {
     }
 }
 
-fn policy(max: u32, window: Duration) -> WindowPolicy {
-    RateLimiter::builder("policy", max, window)
-        .without_backoff()
-        .build()
-        .unwrap()
-        .policy()
-}
-
 fn granted(decision: WindowDecision) {
     assert!(
         matches!(decision, WindowDecision::Granted { .. }),
@@ -114,16 +103,10 @@ fn granted(decision: WindowDecision) {
     );
 }
 
-/// Writes the sliding log, the quota and the leases of the limit `name`;
-/// all the Redis keys written.
+/// Writes the quota (a fixed window; every quota, the sliding log too,
+/// uses the same two keys) and the leases of the limit `name`; the Redis
+/// keys of the limit.
 async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
-    let log = store.key(name);
-    granted(
-        store
-            .acquire(&log, policy(10, Duration::from_secs(60)), 1, 0.0)
-            .await
-            .unwrap(),
-    );
     let quota_key = store.quota_key(name);
     let quota = Quota::fixed_window(10, Duration::from_secs(60)).unwrap();
     granted(store.decide(&quota_key, &quota, 1).await.unwrap());
@@ -134,12 +117,9 @@ async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
             .await
             .unwrap(),
     );
-    // The lease pause key is written only by a pause, and the quota's
-    // gaps only by a GCRA refund inside the line.
-    let (quota_hash, lease_set) = (quota_key.parts()[0], leases.parts()[0]);
-    let mut keys: Vec<String> = log.parts().into_iter().map(str::to_owned).collect();
-    keys.push(quota_hash.to_owned());
-    keys.push(lease_set.to_owned());
+    // The lease pause key is written only by a pause.
+    let mut keys: Vec<String> = quota_key.parts().into_iter().map(str::to_owned).collect();
+    keys.push(leases.parts()[0].to_owned());
     keys
 }
 
@@ -235,10 +215,10 @@ async fn a_limit_whose_slot_moves_keeps_its_state() {
     let Some((nodes, store)) = nodes_and_store().await else {
         return;
     };
-    let key = store.key(&unique("moving"));
-    let policy = policy(3, Duration::from_secs(60));
+    let key = store.quota_key(&unique("moving"));
+    let log = Quota::sliding_log(3, Duration::from_secs(60)).unwrap();
     for _ in 0..3 {
-        granted(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+        granted(store.decide(&key, &log, 1).await.unwrap());
     }
     let parts = key.parts();
     let (slot, from) = (nodes.slot(parts[0]).await, nodes.owner(parts[0]).await);
@@ -273,13 +253,11 @@ async fn a_limit_whose_slot_moves_keeps_its_state() {
     assert_eq!(nodes.owner(parts[0]).await, to, "the slot moved");
 
     // The store still maps the slot to the old node, which answers MOVED.
-    let decision = store.acquire(&key, policy, 1, 0.0).await.unwrap();
+    let decision = store.decide(&key, &log, 1).await.unwrap();
     assert!(
         matches!(decision, WindowDecision::Denied { .. }),
         "the full window moved with the slot: {decision:?}"
     );
-    assert_eq!(
-        store.execution_count(&key, policy.window()).await.unwrap(),
-        3
-    );
+    let status = store.quota_status(&key, &log).await.unwrap();
+    assert_eq!(status.remaining(), 0);
 }

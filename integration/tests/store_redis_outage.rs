@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tower_limits::error::LimiterError;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore, StoreError, StoreErrorKind};
-use tower_limits::{Failover, GcraLimiter, Limiter, OutagePolicy, RateLimiter, SharedLimiter};
+use tower_limits::{Failover, GcraLimiter, Limiter, OutagePolicy, RateLimiter};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -62,7 +62,7 @@ async fn each_policy_holds_while_redis_is_down_and_recovers_within_a_second() {
         .unwrap()
         .with_burst(1_000)
         .unwrap();
-    let shared = |name: &str| SharedLimiter::new(store.clone(), name, quota);
+    let shared = |name: &str| RateLimiter::new(store.clone(), name, quota);
     let local = GcraLimiter::new(5, Duration::from_secs(60))
         .unwrap()
         .with_burst(5)
@@ -146,7 +146,7 @@ async fn garbage_replies_are_typed_errors_not_panics() {
             .await
             .unwrap();
         let quota = Quota::fixed_window(10, Duration::from_secs(1)).unwrap();
-        let shared = SharedLimiter::new(store.clone(), "garbage", quota);
+        let shared = RateLimiter::new(store.clone(), "garbage", quota);
         let window = RateLimiter::builder("garbage", 10, Duration::from_secs(1))
             .store(store)
             .build()
@@ -176,7 +176,7 @@ async fn a_hung_server_is_a_timeout() {
         .await
         .unwrap();
     let quota = Quota::gcra(10, Duration::from_secs(1)).unwrap();
-    let limiter = Failover::fail_closed(SharedLimiter::new(store, "hung", quota));
+    let limiter = Failover::fail_closed(RateLimiter::new(store, "hung", quota));
     let start = Instant::now();
     let error = limiter
         .try_acquire()

@@ -49,7 +49,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore};
-use tower_limits::{Limiter, RateLimiter, SharedLimiter};
+use tower_limits::{Limiter, RateLimiter};
 
 /// Concurrent callers, sharing one store (one multiplexed connection).
 const CALLERS: usize = 64;
@@ -155,7 +155,7 @@ async fn fixed_window_never_admits_more_than_the_limit_per_window() {
         let limit = per_window(rate, WINDOW);
         let quota = Quota::fixed_window(limit, WINDOW).unwrap();
         let what = format!("fixed window {limit}/{WINDOW:?}");
-        let limiter = SharedLimiter::new(store.clone(), format!("fixed-{rate}"), quota);
+        let limiter = RateLimiter::new(store.clone(), format!("fixed-{rate}"), quota);
         let run = drive(&what, limiter).await;
         let counts = fixed_window_counts(&tickets(&run), limit);
         println!("{what}: per window {counts:?}");
@@ -196,7 +196,7 @@ async fn gcra_never_admits_more_than_burst_plus_rate() {
             .with_burst(burst)
             .unwrap();
         let what = format!("GCRA {rate}/s, burst {burst}");
-        let limiter = SharedLimiter::new(store.clone(), format!("gcra-{rate}"), quota);
+        let limiter = RateLimiter::new(store.clone(), format!("gcra-{rate}"), quota);
         let mut run = drive(&what, limiter).await;
         run.grants.sort_by_key(|grant| grant.ticket);
         // Each ticket is the end of the grant's slot of GCRA's line, in

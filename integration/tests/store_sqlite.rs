@@ -15,8 +15,7 @@ use common::sqlite::TempDb;
 use tokio::time::Instant;
 use tower_limits::error::LimiterError;
 use tower_limits::store::{
-    LeaseStore, Quota, QuotaStore, RateLimiterStore, SqliteStore, StoreError, StoreErrorKind,
-    WindowDecision,
+    LeaseStore, Quota, QuotaStore, SqliteStore, StoreError, StoreErrorKind, WindowDecision,
 };
 use tower_limits::{Limiter, RateLimiter};
 
@@ -227,7 +226,7 @@ async fn reopened_store_keeps_state() {
     let db = TempDb::new();
     let first = db.store().await.unwrap();
     first.setup().await.unwrap();
-    first.prepare_quotas().await.unwrap();
+    first.setup().await.unwrap();
     let quota = Quota::gcra(1, secs(60)).unwrap();
     assert!(is_granted(
         first

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use crate::clock::duration_nanos;
+use crate::error::ConfigError;
 
 /// The pause and backoff of one log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,8 +97,8 @@ impl Pause {
 /// ```
 /// use std::time::Duration;
 /// use tokio::time::Instant;
-/// use tower_limits::RateLimiter;
-/// use tower_limits::store::{RateLimiterStore, WindowDecision};
+/// use tower_limits::limiter::Admission;
+/// use tower_limits::{Limiter, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -106,14 +107,13 @@ impl Pause {
 ///     .backoff_multiplier(3.0)
 ///     .max_backoff(Duration::from_secs(10))
 ///     .build()?;
-/// let (store, policy) = (limiter.store(), limiter.policy());
-/// let key = store.key(limiter.name());
 ///
 /// let start = Instant::now();
-/// store.acquire(&key, policy, 1, 0.0).await?; // fills the window
-/// // min(4 s × 3, 10 s) = 10 s, not stretched with jitter 0.
-/// let retry_at = start + Duration::from_secs(10);
-/// assert_eq!(store.acquire(&key, policy, 1, 0.0).await?, WindowDecision::Denied { retry_at });
+/// limiter.try_acquire().await?; // fills the window
+/// // min(4 s × 3, 10 s) = 10 s, stretched by a jitter of up to as much again.
+/// let Admission::Denied(denial) = limiter.try_acquire().await? else { unreachable!() };
+/// let wait = denial.retry_at().expect("a backoff") - start;
+/// assert!(wait >= Duration::from_secs(10) && wait < Duration::from_secs(20));
 /// # Ok(())
 /// # }
 /// ```
@@ -124,7 +124,55 @@ pub struct Backoff {
     pub(crate) max: Duration,
 }
 
+/// A jitter for one escalation in `[0, 1)`: drawn at random with a backoff,
+/// else 0.
+pub(crate) fn jitter(backoff: Option<&Backoff>) -> f64 {
+    if backoff.is_some() {
+        fastrand::f64()
+    } else {
+        0.0
+    }
+}
+
+// The multiplier is validated finite, so equality is reflexive.
+impl Eq for Backoff {}
+
 impl Backoff {
+    /// The seed's: 1 s, doubling on each fill, up to 10 minutes.
+    pub(crate) const SEED: Backoff = Backoff {
+        initial: Duration::from_secs(1),
+        multiplier: 2.0,
+        max: Duration::from_secs(600),
+    };
+
+    /// `Ok` if the delay is longer than zero, the multiplier a finite
+    /// number of at least 1 and the cap at least the delay; else a
+    /// [`ConfigError`] naming the builder's method.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.initial.is_zero() {
+            return Err(ConfigError::new(
+                "initial_backoff",
+                self.initial,
+                "must be longer than zero (use `without_backoff` for none)",
+            ));
+        }
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return Err(ConfigError::new(
+                "backoff_multiplier",
+                self.multiplier,
+                "must be a finite number of at least 1",
+            ));
+        }
+        if self.max < self.initial {
+            return Err(ConfigError::new(
+                "max_backoff",
+                self.max,
+                "must be at least `initial_backoff`",
+            ));
+        }
+        Ok(())
+    }
+
     /// The delay `current` starts from (default 1 s).
     ///
     /// ```
@@ -133,7 +181,7 @@ impl Backoff {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
-    /// let initial = limiter.policy().backoff().map(|backoff| backoff.initial());
+    /// let initial = limiter.quota().backoff().map(|backoff| backoff.initial());
     /// assert_eq!(initial, Some(Duration::from_secs(1)));
     /// # Ok(())
     /// # }
@@ -150,7 +198,7 @@ impl Backoff {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
-    /// let multiplier = limiter.policy().backoff().map(|backoff| backoff.multiplier());
+    /// let multiplier = limiter.quota().backoff().map(|backoff| backoff.multiplier());
     /// assert_eq!(multiplier, Some(2.0));
     /// # Ok(())
     /// # }
@@ -169,7 +217,7 @@ impl Backoff {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
     ///     .max_backoff(Duration::from_secs(90))
     ///     .build()?;
-    /// let max = limiter.policy().backoff().map(|backoff| backoff.max());
+    /// let max = limiter.quota().backoff().map(|backoff| backoff.max());
     /// assert_eq!(max, Some(Duration::from_secs(90)));
     /// # Ok(())
     /// # }

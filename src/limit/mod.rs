@@ -54,7 +54,7 @@
 //!
 //! # Limiters that answer after a round trip
 //!
-//! A limiter that keeps its state in a store ([`SharedLimiter`](crate::SharedLimiter),
+//! A limiter that keeps its state in a store ([`RateLimiter`](crate::RateLimiter),
 //! a [`RateLimiter`](crate::RateLimiter) with a Redis store, a [`Failover`](crate::Failover)...)
 //! answers after a round trip. The layers never hold their line across one,
 //! so a layered store-backed limiter serves many callers per round trip:

@@ -265,7 +265,7 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// `None` for a limiter without a quota of units per window. The
     /// sliding window, fixed window, sliding window counter, GCRA and token
-    /// bucket limiters answer it, and so does a [`SharedLimiter`](crate::SharedLimiter);
+    /// bucket limiters answer it, and so does a [`RateLimiter`](crate::RateLimiter);
     /// the default, `None`, suits the others (concurrency, delay, evenly
     /// spaced, leaky bucket, adaptive, composite). Like
     /// [`peek`](Limiter::peek), only a hint under concurrency.

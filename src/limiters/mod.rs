@@ -36,11 +36,14 @@ pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLi
 pub use combinators::{
     CompositeLimiter, Failover, FreshLimiter, KeyedLimiter, KeyedLimiterBuilder, OutagePolicy,
 };
-pub use stored::{BatchedLimiter, BatchedLimiterBuilder, LeasedConcurrencyLimiter, SharedLimiter};
+pub use stored::{
+    BatchedLimiter, BatchedLimiterBuilder, LeasedConcurrencyLimiter, RateLimiter,
+    RateLimiterBuilder,
+};
 pub use strategies::{
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
-    GcraState, InlineState, LeakyBucketLimiter, NullLimiter, RateLimiter, RateLimiterBuilder,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
+    GcraState, InlineState, LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
+    TokenBucketLimiter,
 };
 
 /// The pacing tolerance on each pacer, on paused time: a late start keeps

@@ -22,6 +22,19 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 const FIRST_RETRY: Duration = Duration::from_millis(10);
 const LONGEST_RETRY: Duration = Duration::from_secs(1);
 
+/// Runs `task` on the current tokio runtime, or warns that `what` cannot be
+/// done in the store of limiter `name` without one.
+pub(crate) fn spawn_or_warn(
+    name: &str,
+    what: &'static str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(task)),
+        Err(_) => tracing::warn!(limiter = %name, "no tokio runtime to {what} in the store"),
+    }
+}
+
 /// Runs `op` until it succeeds, again while the store says a try changed
 /// nothing (after 10 ms, then twice as long each time up to 1 s, for 30 s).
 /// Its answer, or `None` after logging that `limiter` could not `what`.
@@ -60,7 +73,7 @@ where
 #[cfg(feature = "redis")]
 pub(crate) use reconcile::LATE_ANSWER_BOUND;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
-pub(crate) use reconcile::{Late, answer, undo_grant, undo_lease, undo_start};
+pub(crate) use reconcile::{Late, answer, undo_grant, undo_lease};
 
 #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 mod reconcile {
@@ -72,9 +85,7 @@ mod reconcile {
 
     use super::until_applied;
     use crate::error::LimiterError;
-    use crate::store::{
-        LeaseStore, Quota, QuotaStore, RateLimiterStore, StoreError, WindowDecision, WindowPolicy,
-    };
+    use crate::store::{LeaseStore, Quota, QuotaStore, StoreError, WindowDecision};
 
     /// How long a store call may run once its caller stopped waiting, and
     /// how long a refund waits for its answer: long enough for any
@@ -328,30 +339,6 @@ mod reconcile {
             let (store, key) = (store.clone(), key.clone());
             async move { store.adjust(&key, &quota, ticket, cost, 0).await.map(drop) }
         })
-    }
-
-    /// The undo of a sliding log decision: erases the `cost` starts of a
-    /// grant nobody took.
-    pub(crate) fn undo_start<S>(
-        store: &S,
-        key: &S::Key,
-        policy: WindowPolicy,
-        cost: u32,
-        name: String,
-    ) -> Late<WindowDecision>
-    where
-        S: RateLimiterStore + Clone,
-        S::Key: Clone,
-    {
-        let (store, key) = (store.clone(), key.clone());
-        undo(
-            name,
-            "erase the starts of a grant nobody took",
-            move |ticket| {
-                let (store, key) = (store.clone(), key.clone());
-                async move { store.refund(&key, policy, ticket, cost).await }
-            },
-        )
     }
 
     /// The undo of a lease: releases the `cost` leases nobody took (before

@@ -1,11 +1,11 @@
-//! [`Quota`] and [`QuotaStore`]: GCRA, token bucket, fixed window and sliding
-//! window counter, decided atomically in a store.
+//! [`Quota`] and [`QuotaStore`]: GCRA, token bucket, fixed window, sliding
+//! window counter and sliding log, decided atomically in a store.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::WindowDecision;
+use super::{Backoff, WindowDecision};
 use crate::algorithms::gcra::{CellConfig, Names};
 use crate::algorithms::windows;
 use crate::error::{ConfigError, LimiterError};
@@ -48,6 +48,13 @@ pub(crate) enum QuotaKind {
     FixedWindow { max: u32, window: Duration },
     /// The weighted blend of this window's and the last one's counts.
     SlidingWindowCounter { max: u32, window: Duration },
+    /// At most `max` starts in any `window`, each start logged; with a
+    /// backoff, filling the window pauses for a growing, jittered delay.
+    SlidingLog {
+        max: u32,
+        window: Duration,
+        backoff: Option<Backoff>,
+    },
 }
 
 impl QuotaKind {
@@ -154,6 +161,105 @@ impl Quota {
         })
     }
 
+    /// At most `max_executions` starts in any sliding `window`, exactly: the
+    /// log of starts of the classic [`RateLimiter`](crate::RateLimiter),
+    /// one entry per start (memory grows with the limit). Without a backoff;
+    /// [`RateLimiter::builder`](crate::RateLimiter::builder) adds the
+    /// seed's (see [`Backoff`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::sliding_log(100, Duration::from_secs(60))?;
+    /// assert_eq!(quota.capacity(), 100);
+    /// assert_eq!(quota.backoff(), None);
+    /// assert_eq!(Quota::sliding_log(100, Duration::ZERO).unwrap_err().field(), "window");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sliding_log(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
+        windows::validate(max_executions, window)?;
+        Ok(Self {
+            kind: QuotaKind::SlidingLog {
+                max: max_executions,
+                window,
+                backoff: None,
+            },
+        })
+    }
+
+    /// The same sliding log, backing off by `backoff` whenever a start fills
+    /// the window; `None` for no backoff. A backoff is made by
+    /// [`RateLimiter::builder`](crate::RateLimiter::builder); this carries one
+    /// over to a new quota.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `backoff` if this is not a sliding log quota.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let seed = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
+    /// let wider = Quota::sliding_log(20, Duration::from_secs(1))?.with_backoff(seed.quota().backoff())?;
+    /// assert_eq!(wider.backoff(), seed.quota().backoff());
+    ///
+    /// let gcra = Quota::gcra(10, Duration::from_secs(1))?;
+    /// assert_eq!(gcra.with_backoff(seed.quota().backoff()).unwrap_err().field(), "backoff");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_backoff(self, backoff: Option<Backoff>) -> Result<Self, ConfigError> {
+        let QuotaKind::SlidingLog { max, window, .. } = self.kind else {
+            return Err(ConfigError::new(
+                "backoff",
+                backoff,
+                "applies only to sliding log quotas",
+            ));
+        };
+        if let Some(backoff) = &backoff {
+            backoff.validate()?;
+        }
+        Ok(Self {
+            kind: QuotaKind::SlidingLog {
+                max,
+                window,
+                backoff,
+            },
+        })
+    }
+
+    /// The backoff of a sliding log quota, if it has one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1)).build()?;
+    /// let backoff = limiter.quota().backoff().expect("the seed's backoff by default");
+    /// assert_eq!(backoff.initial(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn backoff(&self) -> Option<Backoff> {
+        match self.kind {
+            QuotaKind::SlidingLog { backoff, .. } => backoff,
+            _ => None,
+        }
+    }
+
+    /// A jitter for one decision in `[0, 1)`: drawn at random for a sliding
+    /// log with a backoff, else 0.
+    pub(crate) fn jitter(&self) -> f64 {
+        crate::algorithms::sliding_log::jitter(self.backoff().as_ref())
+    }
+
     /// The same GCRA rate with `burst` calls at once. Only GCRA and token
     /// bucket quotas have a burst; others give a [`ConfigError`].
     ///
@@ -205,17 +311,33 @@ impl Quota {
     pub fn capacity(&self) -> u32 {
         match self.kind {
             QuotaKind::Cells { burst, .. } => burst,
-            QuotaKind::FixedWindow { max, .. } | QuotaKind::SlidingWindowCounter { max, .. } => max,
+            QuotaKind::FixedWindow { max, .. }
+            | QuotaKind::SlidingWindowCounter { max, .. }
+            | QuotaKind::SlidingLog { max, .. } => max,
         }
     }
 
     /// The window [`capacity`](Quota::capacity) applies to: a window's
     /// length, or the time a GCRA or bucket takes to refill from empty.
-    pub(crate) fn window(&self) -> Duration {
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let log = Quota::sliding_log(7, Duration::from_secs(60))?;
+    /// assert_eq!(log.window(), Duration::from_secs(60));
+    /// let gcra = Quota::gcra(10, Duration::from_secs(1))?.with_burst(5)?;
+    /// assert_eq!(gcra.window(), Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn window(&self) -> Duration {
         match self.kind {
             QuotaKind::Cells { interval, burst } => interval.saturating_mul(burst),
             QuotaKind::FixedWindow { window, .. }
-            | QuotaKind::SlidingWindowCounter { window, .. } => window,
+            | QuotaKind::SlidingWindowCounter { window, .. }
+            | QuotaKind::SlidingLog { window, .. } => window,
         }
     }
 
@@ -230,14 +352,90 @@ impl Quota {
         )
     }
 
+    /// The quota in six words, for a [`QuotaCell`](crate::limiters::internals::quota_cell::QuotaCell):
+    /// the algorithm, then its numbers (durations in nanoseconds; every
+    /// valid duration fits).
+    pub(crate) fn to_words(self) -> [u64; 6] {
+        let nanos = crate::clock::duration_nanos;
+        match self.kind {
+            QuotaKind::Cells { interval, burst } => [0, nanos(interval), u64::from(burst), 0, 0, 0],
+            QuotaKind::FixedWindow { max, window } => [1, u64::from(max), nanos(window), 0, 0, 0],
+            QuotaKind::SlidingWindowCounter { max, window } => {
+                [2, u64::from(max), nanos(window), 0, 0, 0]
+            }
+            QuotaKind::SlidingLog {
+                max,
+                window,
+                backoff,
+            } => {
+                let (max, window) = (u64::from(max), nanos(window));
+                match backoff {
+                    None => [3, max, window, 0, 0, 0],
+                    Some(b) => {
+                        let multiplier = b.multiplier.to_bits();
+                        [4, max, window, nanos(b.initial), multiplier, nanos(b.max)]
+                    }
+                }
+            }
+        }
+    }
+
+    /// The quota [`to_words`](Quota::to_words) wrote.
+    pub(crate) fn from_words([kind, a, b, c, d, e]: [u64; 6]) -> Self {
+        let count = |word: u64| u32::try_from(word).unwrap_or(u32::MAX);
+        let (max, window) = (count(a), Duration::from_nanos(b));
+        let kind = match kind {
+            0 => QuotaKind::Cells {
+                interval: Duration::from_nanos(a),
+                burst: count(b),
+            },
+            1 => QuotaKind::FixedWindow { max, window },
+            2 => QuotaKind::SlidingWindowCounter { max, window },
+            _ => QuotaKind::SlidingLog {
+                max,
+                window,
+                backoff: (kind == 4).then(|| Backoff {
+                    initial: Duration::from_nanos(c),
+                    multiplier: f64::from_bits(d),
+                    max: Duration::from_nanos(e),
+                }),
+            },
+        };
+        Self { kind }
+    }
+
     /// What the stores dispatch on.
     pub(crate) fn kind(&self) -> QuotaKind {
         self.kind
     }
 }
 
+/// How the sliding log scripts (Lua, PL/pgSQL) name operation `op` of a
+/// [`QuotaStore`], and the jitter it takes, where a start may fill the
+/// window and back off: `take` is `record`, `reset` is `clear`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn log_op(op: &'static str, quota: &Quota) -> (&'static str, Option<f64>) {
+    match op {
+        "acquire" => (op, Some(quota.jitter())),
+        "take" => ("record", Some(quota.jitter())),
+        "reset" => ("clear", None),
+        op => (op, None),
+    }
+}
+
+/// The sliding log scripts' adjustment of a grant from `from` units to
+/// `to`, and its arguments: a refund (which undoes the backoff its start
+/// caused) or a resize.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn log_adjustment(ticket: u64, from: u32, to: u32) -> (&'static str, Vec<u64>) {
+    match to {
+        0 => ("refund", vec![ticket, u64::from(from)]),
+        to => ("settle", vec![ticket, u64::from(from), u64::from(to)]),
+    }
+}
+
 /// A store that decides [`Quota`]s atomically: the backing state of a
-/// [`SharedLimiter`](crate::SharedLimiter).
+/// [`RateLimiter`](crate::RateLimiter).
 ///
 /// Every method acts on one key (a named quota) in one atomic step, and its
 /// future does nothing until polled. Tickets are opaque: what a grant
@@ -304,11 +502,11 @@ pub trait QuotaStore: Send + Sync + 'static {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tower_limits::error::LimiterError> {
-    /// MemoryStore::new().prepare_quotas().await?;
+    /// MemoryStore::new().setup().await?;
     /// # Ok(())
     /// # }
     /// ```
-    fn prepare_quotas(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::ready(Ok(()))
     }
 
@@ -347,7 +545,7 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// GCRA and the token bucket, the time to refill from empty), how many
     /// units [`decide`](QuotaStore::decide) would grant now (none during a
     /// pause) and how long until it would grant more. What a
-    /// [`SharedLimiter`](crate::SharedLimiter)'s
+    /// [`RateLimiter`](crate::RateLimiter)'s
     /// [`quota_status`](crate::Limiter::quota_status) answers.
     ///
     /// ```

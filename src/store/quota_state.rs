@@ -6,15 +6,22 @@
 //!
 //! Times are nanoseconds from the store's origin: its clock's epoch in
 //! memory, the Unix epoch in SQLite. A grant's ticket is the window it was
-//! counted in, or for GCRA the end of the slot it holds (see
-//! [`slots`](crate::algorithms::slots)).
+//! counted in, for GCRA the end of the slot it holds (see
+//! [`slots`](crate::algorithms::slots)), for a sliding log its start.
+//!
+//! SQLite keeps a sliding log in rows of its own (`sqlite/sliding_log.rs`),
+//! so only the memory store holds [`QuotaState::SlidingLog`].
 
+use super::Backoff;
 use super::quota::{Quota, QuotaKind};
 use crate::algorithms::fixed_window;
 use crate::algorithms::gcra::CellConfig;
+use crate::algorithms::sliding_log::{Pause, jitter};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::slots::Line;
 use crate::algorithms::windows::Windows;
+use crate::clock::duration_nanos;
+use crate::start_log::StartLog;
 
 /// The state of one quota, by algorithm.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +29,7 @@ pub(crate) enum QuotaState {
     Cells(Cells),
     FixedWindow(FixedWindow),
     SlidingWindowCounter(SlidingWindowCounter),
+    SlidingLog(SlidingLog),
 }
 
 /// GCRA (and the token bucket): the line of slots grants hold, which ends
@@ -59,6 +67,17 @@ pub(crate) struct SlidingWindowCounter {
     pub(crate) not_before: u64,
 }
 
+/// A sliding log: the starts in the window, and the pause and backoff.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlidingLog {
+    pub(crate) max: u32,
+    /// The window, in nanoseconds.
+    pub(crate) window: u64,
+    pub(crate) backoff: Option<Backoff>,
+    pub(crate) starts: StartLog,
+    pub(crate) pause: Pause,
+}
+
 impl QuotaState {
     /// A fresh state for `quota` (full capacity, no pause). `windows`
     /// places a window quota's boundaries on the store's time (they fall on
@@ -88,6 +107,17 @@ impl QuotaState {
                     not_before: 0,
                 })
             }
+            QuotaKind::SlidingLog {
+                max,
+                window,
+                backoff,
+            } => Self::SlidingLog(SlidingLog {
+                max,
+                window: duration_nanos(window),
+                backoff,
+                starts: StartLog::default(),
+                pause: Pause::default(),
+            }),
         }
     }
 
@@ -105,6 +135,12 @@ impl QuotaState {
                 cells.recut();
                 Self::Cells(cells)
             }
+            // The starts and the pause stay; the new limits apply to them.
+            (Self::SlidingLog(kept), Self::SlidingLog(fresh)) => Self::SlidingLog(SlidingLog {
+                starts: kept.starts,
+                pause: kept.pause,
+                ..fresh
+            }),
             (_, fresh) => fresh,
         }
     }
@@ -116,6 +152,7 @@ impl QuotaState {
             Self::Cells(cells) => cells.decide(now, cost),
             Self::FixedWindow(window) => window.decide(now, cost),
             Self::SlidingWindowCounter(counter) => counter.decide(now, cost),
+            Self::SlidingLog(log) => log.decide(now, cost),
         }
     }
 
@@ -128,6 +165,7 @@ impl QuotaState {
                 let (windows, not_before) = (&counter.windows, counter.not_before);
                 counter.counts.blocked_until(windows, now, not_before, cost)
             }
+            Self::SlidingLog(log) => log.blocked_until(now, cost),
         }
     }
 
@@ -146,6 +184,10 @@ impl QuotaState {
                 let current = counter.windows.index(now);
                 counter.recount(now, current, 0, 1);
             }
+            Self::SlidingLog(log) => {
+                log.starts.prune(now, log.window);
+                log.record(now, 1);
+            }
         }
     }
 
@@ -162,6 +204,10 @@ impl QuotaState {
                 counter.recount(now, ticket, from, to);
                 Some(ticket)
             }
+            Self::SlidingLog(log) => {
+                log.adjust(now, ticket, from, to);
+                Some(ticket)
+            }
         }
     }
 
@@ -171,6 +217,7 @@ impl QuotaState {
             Self::Cells(cells) => &mut cells.not_before,
             Self::FixedWindow(window) => &mut window.not_before,
             Self::SlidingWindowCounter(counter) => &mut counter.not_before,
+            Self::SlidingLog(log) => return log.pause.pause_until(until),
         };
         *not_before = (*not_before).max(until);
     }
@@ -290,6 +337,57 @@ impl SlidingWindowCounter {
         self.counts = self.counts.at(current);
         if let Some(counts) = self.counts.recount(current, index, from, to) {
             self.counts = counts;
+        }
+    }
+}
+
+impl SlidingLog {
+    /// The units that may be in the window beside a call costing `cost`.
+    fn room(&self, cost: u32) -> u64 {
+        u64::from(self.max.saturating_sub(cost))
+    }
+
+    fn blocked_until(&self, now: u64, cost: u32) -> Option<u64> {
+        let frees_at = self.starts.frees_at(now, self.room(cost), self.window);
+        self.pause.blocked_until(now, frees_at)
+    }
+
+    fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        if let Some(retry_at) = self.blocked_until(now, cost) {
+            return Err(retry_at);
+        }
+        // The window has room, so the starts that had to leave for it have
+        // left: drop them.
+        self.starts.make_room(self.room(cost), self.window);
+        self.pause.granted();
+        self.record(now, cost);
+        Ok(now)
+    }
+
+    /// Logs `cost` units started at `now`; if they fill the window, backs
+    /// off.
+    fn record(&mut self, now: u64, cost: u32) {
+        self.starts.add(now, u64::from(cost));
+        let frees_at = self.starts.frees_at(now, self.room(1), self.window);
+        if let (Some(backoff), Some(frees_at)) = (&self.backoff, frees_at) {
+            let jitter = jitter(Some(backoff));
+            self.pause.escalate(now, frees_at, backoff, jitter, 1);
+        }
+    }
+
+    /// Resizes the grant that started at `ticket` from `from` to `to` units;
+    /// a refund (to 0) that unfills the window undoes its backoff.
+    fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) {
+        if to > 0 {
+            return self.starts.resize(ticket, from, to);
+        }
+        self.starts.remove(ticket, u64::from(from));
+        if self
+            .starts
+            .frees_at(now, self.room(1), self.window)
+            .is_none()
+        {
+            self.pause.undo_escalation();
         }
     }
 }

@@ -14,7 +14,7 @@ use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover,
     FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
-    Limiter, Permit, RateLimiter, SharedLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
 };
 
 use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};
@@ -270,7 +270,7 @@ pub(crate) const SHARED_GCRA: Case = Case::new(
             .unwrap()
             .with_burst(4)
             .unwrap();
-        Arc::new(SharedLimiter::new(MemoryStore::new(), "gcra", quota))
+        Arc::new(RateLimiter::new(MemoryStore::new(), "gcra", quota))
     },
     cell_bounds!(4, strict),
 );
@@ -278,7 +278,7 @@ pub(crate) const SHARED_GCRA: Case = Case::new(
 pub(crate) const SHARED_FIXED_WINDOW_BEHIND_FAILOVER: Case = Case::new(
     || {
         let quota = Quota::fixed_window(MAX as u32, SHORT_WINDOW).unwrap();
-        let shared = SharedLimiter::new(MemoryStore::new(), "window", quota);
+        let shared = RateLimiter::new(MemoryStore::new(), "window", quota);
         Arc::new(Failover::fail_closed(shared))
     },
     &[per_window(2 * MAX, SHORT_WINDOW, MAX)],

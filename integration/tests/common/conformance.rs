@@ -17,12 +17,9 @@ use tokio::time::Instant;
 use tower_limits::error::CostTooHigh;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{
-    CurveRecord, CurveStore, LeaseStore, MAX_LEASES, Quota, QuotaStore, RateLimiterStore,
-    WindowDecision,
+    CurveRecord, CurveStore, LeaseStore, MAX_LEASES, Quota, QuotaStore, WindowDecision,
 };
-use tower_limits::{
-    AdaptiveRateLimiter, LeasedConcurrencyLimiter, Limiter, Rate, RateLimiter, SharedLimiter,
-};
+use tower_limits::{AdaptiveRateLimiter, LeasedConcurrencyLimiter, Limiter, Rate, RateLimiter};
 
 /// Runs every check of this suite against the store `$make` makes: one test
 /// per check, in a module named `$store`. `$make` is an async expression
@@ -50,7 +47,6 @@ macro_rules! conformance {
                 sliding_log_limits_and_reports,
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
-                sliding_log_status_agrees_with_peek,
                 leases_limit_expire_and_renew,
                 leases_past_the_bound_are_refused,
                 leased_limiter_renews_and_releases,
@@ -71,11 +67,8 @@ macro_rules! conformance {
 }
 
 /// What every store implements.
-pub(crate) trait Store:
-    RateLimiterStore + QuotaStore + LeaseStore + CurveStore + Clone
-{
-}
-impl<S: RateLimiterStore + QuotaStore + LeaseStore + CurveStore + Clone> Store for S {}
+pub(crate) trait Store: QuotaStore + LeaseStore + CurveStore + Clone {}
+impl<S: QuotaStore + LeaseStore + CurveStore + Clone> Store for S {}
 
 /// Timing tolerance.
 pub(crate) const SLACK: Duration = Duration::from_millis(60);
@@ -104,7 +97,7 @@ async fn after_boundary(window: Duration) {
     tokio::time::sleep(Duration::from_nanos(left as u64) + Duration::from_millis(5)).await;
 }
 
-/// The four quotas, each 3 per [`WINDOW`] with 3 at once.
+/// The five quotas, each 3 per [`WINDOW`] with 3 at once.
 pub(crate) fn quotas() -> Vec<(&'static str, Quota)> {
     let per_call = WINDOW / 3;
     vec![
@@ -118,14 +111,15 @@ pub(crate) fn quotas() -> Vec<(&'static str, Quota)> {
             "sliding_window_counter",
             Quota::sliding_window_counter(3, WINDOW).unwrap(),
         ),
+        ("sliding_log", Quota::sliding_log(3, WINDOW).unwrap()),
     ]
 }
 
 /// A day: the window of the count quotas, which no check should cross.
 pub(crate) const DAY: Duration = Duration::from_secs(86_400);
 
-/// The four quotas as plain counts of `capacity` units: GCRA and the token
-/// bucket refill one unit an hour, the windows last a day (Unix days), so
+/// The five quotas as plain counts of `capacity` units: GCRA and the token
+/// bucket refill one unit an hour, the windows and the log last a day (Unix days), so
 /// nothing a check does in seconds is refilled, unless it crosses midnight
 /// UTC ([`day`] tells).
 pub(crate) fn count_quotas(capacity: u32) -> Vec<(&'static str, Quota)> {
@@ -144,6 +138,7 @@ pub(crate) fn count_quotas(capacity: u32) -> Vec<(&'static str, Quota)> {
             "sliding_window_counter",
             Quota::sliding_window_counter(capacity, DAY).unwrap(),
         ),
+        ("sliding_log", Quota::sliding_log(capacity, DAY).unwrap()),
     ]
 }
 
@@ -434,8 +429,8 @@ pub(crate) async fn quota_decisions_are_atomic<S: Store>(store: S) {
 pub(crate) async fn shared_limiter_shares_one_limit<S: Store>(store: S) {
     let quota = Quota::token_bucket(2, 2, WINDOW).unwrap();
     let name = unique("shared");
-    let a = SharedLimiter::new(store.clone(), name.clone(), quota);
-    let b = SharedLimiter::new(store, name, quota);
+    let a = RateLimiter::new(store.clone(), name.clone(), quota);
+    let b = RateLimiter::new(store, name, quota);
     assert!(matches!(
         a.try_acquire_many(2).await.unwrap(),
         Admission::Granted(_)
@@ -463,113 +458,84 @@ fn window_limiter<S: Store>(store: S, name: &str, backoff: bool) -> RateLimiter<
     builder.build().unwrap()
 }
 
-/// The sliding log: the limit, the retry instant, counts and offsets.
+/// The sliding log: the limit, then a retry when the first start leaves the
+/// window, which frees the units it started.
 pub(crate) async fn sliding_log_limits_and_reports<S: Store>(store: S) {
     let limiter = window_limiter(store.clone(), &unique("log"), false);
-    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let (quota, key) = (limiter.quota(), store.quota_key(limiter.name()));
     let first = Instant::now();
-    granted(store.acquire(&key, policy, 2, 0.0).await.unwrap());
-    granted(store.acquire(&key, policy, 1, 0.0).await.unwrap());
-    let retry_at = denied(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+    granted(store.decide(&key, &quota, 2).await.unwrap());
+    granted(store.decide(&key, &quota, 1).await.unwrap());
+    let retry_at = denied(store.decide(&key, &quota, 1).await.unwrap());
     assert!(retry_at <= first + WINDOW + SLACK && retry_at >= first + WINDOW - SLACK);
-    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 3);
-    let oldest = store
-        .oldest_execution_at_offset(&key, WINDOW, 0)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_near(oldest + SLACK, first + SLACK, "oldest start");
     assert_eq!(
-        store
-            .oldest_execution_at_offset(&key, WINDOW, 3)
-            .await
-            .unwrap(),
-        None
+        store.quota_status(&key, &quota).await.unwrap().remaining(),
+        0
     );
     tokio::time::sleep_until(retry_at).await;
-    granted(store.acquire(&key, policy, 1, 0.0).await.unwrap());
+    granted(store.decide(&key, &quota, 2).await.unwrap());
 }
 
-/// Refund and settle on the sliding log; pause and clear.
+/// Refund and settle on the sliding log; pause and reset.
 pub(crate) async fn sliding_log_refund_settle_pause_clear<S: Store>(store: S) {
     let limiter = window_limiter(store.clone(), &unique("log"), false);
-    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
-    let ticket = granted(store.acquire(&key, policy, 3, 0.0).await.unwrap());
-    store.refund(&key, policy, ticket, 2).await.unwrap();
-    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 1);
-    store.settle(&key, policy, ticket, 1, 3).await.unwrap();
-    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 3);
-    let resume = Instant::now() + Duration::from_secs(30);
-    store.set_next_available(&key, resume).await.unwrap();
-    store
-        .set_next_available(&key, Instant::now())
-        .await
-        .unwrap();
-    assert_near(
-        store.next_available(&key).await.unwrap().unwrap(),
-        resume,
-        "pause",
+    let (quota, key) = (limiter.quota(), store.quota_key(limiter.name()));
+    let remaining = async || store.quota_status(&key, &quota).await.unwrap().remaining();
+    let ticket = granted(store.decide(&key, &quota, 3).await.unwrap());
+    assert_eq!(
+        store.adjust(&key, &quota, ticket, 3, 1).await.unwrap(),
+        Some(ticket)
     );
-    store.clear(&key).await.unwrap();
-    assert_eq!(store.next_available(&key).await.unwrap(), None);
-    assert_eq!(store.execution_count(&key, WINDOW).await.unwrap(), 0);
-    assert_eq!(store.peek(&key, policy, 3).await.unwrap(), None);
+    assert_eq!(remaining().await, 2);
+    store.adjust(&key, &quota, ticket, 1, 3).await.unwrap();
+    assert_eq!(remaining().await, 0);
+    let resume = Instant::now() + Duration::from_secs(30);
+    store.pause(&key, &quota, resume).await.unwrap();
+    store.pause(&key, &quota, Instant::now()).await.unwrap();
+    store.adjust(&key, &quota, ticket, 3, 0).await.unwrap();
+    let paused = store.look(&key, &quota, 1).await.unwrap();
+    assert_near(paused.expect("a pause outlives a refund"), resume, "pause");
+    store.reset(&key, &quota).await.unwrap();
+    assert_eq!(store.look(&key, &quota, 3).await.unwrap(), None);
 }
 
-/// The seed's backoff: filling the window pauses for initial × 2, and a
-/// refund that unfills it undoes that backoff.
+/// The seed's backoff: filling the window pauses for the initial delay ×2
+/// (stretched by a jitter of up to as much again), each further start
+/// escalates it, and a refund that unfills the window undoes the last
+/// escalation.
 pub(crate) async fn sliding_log_backoff<S: Store>(store: S) {
     let limiter = window_limiter(store.clone(), &unique("backoff"), true);
-    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
+    let (quota, key) = (limiter.quota(), store.quota_key(limiter.name()));
     let start = Instant::now();
-    let ticket = granted(store.acquire(&key, policy, 3, 0.0).await.unwrap());
-    // max(now + 200 ms backoff, first start + 300 ms window).
+    let within = |at: Instant, from: u64, to: u64, what: &str| {
+        let (from, to) = (Duration::from_millis(from), Duration::from_millis(to));
+        let after = at.saturating_duration_since(start);
+        assert!(
+            after + Duration::from_millis(2) >= from && after <= to + SLACK,
+            "{what}: {after:?} after the start, not within [{from:?}, {to:?}]"
+        );
+    };
+    let ticket = granted(store.decide(&key, &quota, 3).await.unwrap());
+    // max(now + 200 ms backoff (up to 400 ms with jitter), first start + 300 ms window).
     let paused = store
-        .next_available(&key)
+        .look(&key, &quota, 1)
         .await
         .unwrap()
         .expect("backing off");
-    assert_near(paused, start + WINDOW, "backoff or window");
-    store.record_execution(&key, policy, 0.0).await.unwrap(); // escalates to 400 ms
+    within(paused, 300, 400, "backoff or window");
+    store.take(&key, &quota).await.unwrap(); // escalates to 400 ms (up to 800)
     let escalated = store
-        .next_available(&key)
+        .look(&key, &quota, 1)
         .await
         .unwrap()
         .expect("escalated");
-    assert_near(
-        escalated,
-        start + Duration::from_millis(400),
-        "escalated backoff",
-    );
-    store.refund(&key, policy, ticket, 3).await.unwrap();
+    within(escalated, 400, 800, "escalated backoff");
+    store.adjust(&key, &quota, ticket, 3, 0).await.unwrap();
+    let undone = store.look(&key, &quota, 1).await.unwrap();
     assert!(
-        store
-            .next_available(&key)
-            .await
-            .unwrap()
-            .is_some_and(|at| at <= paused + SLACK)
+        undone.is_some_and(|at| at <= paused + SLACK),
+        "{undone:?}, paused until {paused:?}"
     );
-}
-
-/// One status read of the sliding log: the policy's limit and window; after
-/// two starts, one left and more when the first leaves the window; none
-/// during a pause.
-pub(crate) async fn sliding_log_status_agrees_with_peek<S: Store>(store: S) {
-    let limiter = window_limiter(store.clone(), &unique("log"), false);
-    let (policy, key) = (limiter.policy(), store.key(limiter.name()));
-    let fresh = store.window_status(&key, policy).await.unwrap();
-    assert_eq!((fresh.limit(), fresh.window()), (3, WINDOW));
-    assert_eq!((fresh.remaining(), fresh.refill_in()), (3, None));
-    granted(store.acquire(&key, policy, 2, 0.0).await.unwrap());
-    let status = store.window_status(&key, policy).await.unwrap();
-    assert_eq!(status.remaining(), 1);
-    let two = store.peek(&key, policy, 2).await.unwrap();
-    assert_refill_near(status.refill_in(), two, "sliding log");
-    let resume = Instant::now() + Duration::from_secs(60);
-    store.set_next_available(&key, resume).await.unwrap();
-    let paused = store.window_status(&key, policy).await.unwrap();
-    assert_eq!(paused.remaining(), 0);
-    assert_refill_near(paused.refill_in(), Some(resume), "paused sliding log");
 }
 
 /// Leases: the limit, release, expiry without renewal, renewal, pause.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tower_limits::store::{PostgresStore, RateLimiterStore};
+use tower_limits::store::{PostgresStore, QuotaStore};
 
 use super::conformance::unique;
 

@@ -27,8 +27,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_limits::store::{Quota, QuotaStore, RateLimiterStore};
-use tower_limits::{Limiter, LimiterExt, RateLimiter, SharedLimiter};
+use tower_limits::store::{Quota, QuotaStore};
+use tower_limits::{Limiter, LimiterExt, RateLimiter};
 
 use super::tickets;
 
@@ -76,14 +76,14 @@ async fn admissions<L: Limiter + Clone>(limiter: L, until: Instant) -> Vec<u64> 
 /// ticket as `ADMIT <limiter> <ticket>`.
 pub(crate) async fn saturate<S>(store: S)
 where
-    S: RateLimiterStore + QuotaStore + Clone,
+    S: QuotaStore + Clone,
 {
     let log = RateLimiter::builder("log", LIMIT, WINDOW)
         .without_backoff()
         .store(store.clone())
         .build()
         .unwrap();
-    let fixed = SharedLimiter::new(store, "fixed", Quota::fixed_window(LIMIT, WINDOW).unwrap());
+    let fixed = RateLimiter::new(store, "fixed", Quota::fixed_window(LIMIT, WINDOW).unwrap());
     let until = Instant::now() + RUN;
     let (log, fixed) = tokio::join!(admissions(log, until), admissions(fixed, until));
     for ticket in log {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::plateau::{CurveState, Point};
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
-use crate::limiters::{GcraLimiter, SharedLimiter};
+use crate::limiters::{GcraLimiter, RateLimiter};
 use crate::store::{CurveRecord, CurveStore, Quota};
 
 /// What an [`AdaptiveRateLimiter`](super::AdaptiveRateLimiter) paces calls
@@ -53,9 +53,9 @@ impl Pacer for GcraLimiter {
 }
 
 /// The pacer of an adaptive limiter shared through a store: a GCRA quota
-/// (a [`SharedLimiter`]) at the learned rate, and the learned curve itself.
+/// (a [`RateLimiter`]) at the learned rate, and the learned curve itself.
 pub struct SharedPacer<S: CurveStore> {
-    limiter: SharedLimiter<S>,
+    limiter: RateLimiter<S>,
     curve: std::sync::Arc<S::CurveKey>,
 }
 
@@ -64,7 +64,7 @@ impl<S: CurveStore> SharedPacer<S> {
         let curve = store.curve_key(&name);
         let quota = Quota::gcra(1, Duration::from_secs(1))?;
         Ok(Self {
-            limiter: SharedLimiter::new(store, name, quota),
+            limiter: RateLimiter::new(store, name, quota),
             curve: std::sync::Arc::new(curve),
         })
     }

@@ -55,12 +55,12 @@ pub enum OutagePolicy<F = NullLimiter> {
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::store::{MemoryStore, Quota};
-/// use tower_limits::{Failover, GcraLimiter, Limiter, LimiterExt, OutagePolicy, SharedLimiter};
+/// use tower_limits::{Failover, GcraLimiter, Limiter, LimiterExt, OutagePolicy, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-/// let shared = SharedLimiter::new(MemoryStore::new(), "search", quota);
+/// let shared = RateLimiter::new(MemoryStore::new(), "search", quota);
 /// let local = GcraLimiter::new(25, Duration::from_secs(1))?;
 /// let limiter = Failover::new(shared, OutagePolicy::Fallback(local));
 /// drop(limiter.acquire().await?); // the store answered
@@ -86,11 +86,11 @@ impl<L: Limiter> Failover<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_closed(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_closed(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert!(!limiter.is_down());
     /// # Ok(())
     /// # }
@@ -104,11 +104,11 @@ impl<L: Limiter> Failover<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_open(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_open(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert_eq!(limiter.admitted_during_outage(), 0);
     /// # Ok(())
     /// # }
@@ -124,11 +124,11 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, GcraLimiter, OutagePolicy, SharedLimiter};
+    /// use tower_limits::{Failover, GcraLimiter, OutagePolicy, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let primary = SharedLimiter::new(MemoryStore::new(), "a", quota);
+    /// let primary = RateLimiter::new(MemoryStore::new(), "a", quota);
     /// let fallback = GcraLimiter::new(20, Duration::from_secs(1))?;
     /// let limiter = Failover::new(primary, OutagePolicy::Fallback(fallback));
     /// # let _ = limiter;
@@ -152,11 +152,11 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_open(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_open(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert_eq!(limiter.primary().name(), "a");
     /// # Ok(())
     /// # }
@@ -170,11 +170,11 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_closed(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_closed(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert!(!limiter.is_down());
     /// # Ok(())
     /// # }
@@ -188,11 +188,11 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_closed(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_closed(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert_eq!(limiter.outages(), 0);
     /// # Ok(())
     /// # }
@@ -206,11 +206,11 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, SharedLimiter};
+    /// use tower_limits::{Failover, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
-    /// let limiter = Failover::fail_open(SharedLimiter::new(MemoryStore::new(), "a", quota));
+    /// let limiter = Failover::fail_open(RateLimiter::new(MemoryStore::new(), "a", quota));
     /// assert_eq!(limiter.admitted_during_outage(), 0);
     /// # Ok(())
     /// # }

@@ -4,5 +4,5 @@
 #[cfg(feature = "metrics")]
 pub(crate) mod gauge;
 pub(crate) mod latency;
-pub(crate) mod policy_cell;
+pub(crate) mod quota_cell;
 pub(crate) mod seq_cell;

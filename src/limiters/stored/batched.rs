@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::shared::SharedLimiter;
+use super::rate::RateLimiter;
 use super::spawn_or_warn;
 use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent};
@@ -21,7 +21,7 @@ use crate::store::{MemoryStore, Quota, QuotaStore};
 /// operation per admission, asking for the next batch in the background
 /// when half of it is spent.
 ///
-/// A [`SharedLimiter`] asks the store for every call; a `BatchedLimiter`
+/// A [`RateLimiter`] asks the store for every call; a `BatchedLimiter`
 /// asks once per batch, so the store sees `rate / batch` decisions a second
 /// in all, however many calls the fleet makes.
 ///
@@ -67,7 +67,7 @@ pub struct BatchedLimiter<S: QuotaStore = MemoryStore> {
 }
 
 struct Batched<S: QuotaStore> {
-    quota: SharedLimiter<S>,
+    quota: RateLimiter<S>,
     batch: u32,
     /// Units taken from the store and not spent yet.
     tokens: AtomicU64,
@@ -469,7 +469,7 @@ impl<S: QuotaStore> BatchedLimiterBuilder<S> {
         let quota = Quota::gcra(self.rate.count(), self.rate.per())?.with_burst(burst)?;
         Ok(BatchedLimiter {
             shared: Arc::new(Batched {
-                quota: SharedLimiter::new(self.store, self.name, quota),
+                quota: RateLimiter::new(self.store, self.name, quota),
                 batch,
                 tokens: AtomicU64::new(0),
                 fetching: AtomicBool::new(false),

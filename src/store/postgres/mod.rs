@@ -2,7 +2,7 @@
 //! PostgreSQL database.
 //!
 //! Each decision is one statement, `SELECT schema.strategy(op, key, …)`,
-//! calling a PL/pgSQL function that [`setup`](crate::store::RateLimiterStore::setup)
+//! calling a PL/pgSQL function that [`setup`](crate::store::QuotaStore::setup)
 //! creates (the `.sql` files beside this one, one per strategy, the same
 //! rules as the Redis scripts). A function takes a transaction-scoped
 //! advisory lock on its key, then reads `clock_timestamp()`: the database's
@@ -15,7 +15,6 @@ mod curve;
 mod lease;
 mod quota;
 mod reply;
-mod sliding_log;
 
 use std::fmt;
 use std::str::FromStr;
@@ -54,12 +53,12 @@ const SCHEMA_SQL: [&str; 8] = [
 ];
 
 /// A store in PostgreSQL, shared by every process that connects to the
-/// database: a [`RateLimiterStore`](super::RateLimiterStore) (sliding log and
-/// backoff), a [`QuotaStore`](super::QuotaStore) (GCRA, token bucket, fixed
-/// window, sliding window counter) and a [`LeaseStore`](super::LeaseStore)
-/// (concurrency leases).
+/// database: a [`QuotaStore`](super::QuotaStore) (GCRA, token bucket, fixed
+/// window, sliding window counter, sliding log), a
+/// [`LeaseStore`](super::LeaseStore) (concurrency leases) and a
+/// [`CurveStore`](super::CurveStore) (adaptive rates).
 ///
-/// Run [`setup`](super::RateLimiterStore::setup) once (it is idempotent and
+/// Run [`setup`](super::QuotaStore::setup) once (it is idempotent and
 /// safe to run from several processes at once) to create the schema's
 /// tables and functions. Clones share one connection pool (no TLS), which
 /// replaces broken connections by itself. Every call gives up after a
@@ -73,8 +72,8 @@ const SCHEMA_SQL: [&str; 8] = [
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tower_limits::store::{PostgresStore, Quota, RateLimiterStore};
-/// use tower_limits::{LimiterExt, RateLimiter, SharedLimiter};
+/// use tower_limits::store::{PostgresStore, Quota, QuotaStore};
+/// use tower_limits::{LimiterExt, RateLimiter};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,7 +89,7 @@ const SCHEMA_SQL: [&str; 8] = [
 ///     .store(store.clone())
 ///     .build()?;
 /// // 10 a second with bursts of 20, as a token bucket.
-/// let bucket = SharedLimiter::new(store, "search-api", Quota::token_bucket(20, 10, Duration::from_secs(1))?);
+/// let bucket = RateLimiter::new(store, "search-api", Quota::token_bucket(20, 10, Duration::from_secs(1))?);
 ///
 /// let _permit = window.acquire().await?;
 /// let _permit = bucket.acquire().await?;
@@ -617,12 +616,12 @@ impl PostgresKey {
     /// The key as the store's tables hold it.
     ///
     /// ```no_run
-    /// use tower_limits::store::{PostgresStore, RateLimiterStore};
+    /// use tower_limits::store::{PostgresStore, QuotaStore};
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), tower_limits::store::StoreError> {
     /// let store = PostgresStore::connect("postgres://postgres@127.0.0.1:5432/app").await?;
-    /// assert_eq!(store.key("crm").name(), "crm");
+    /// assert_eq!(store.quota_key("crm").name(), "crm");
     /// # Ok(())
     /// # }
     /// ```

@@ -1,5 +1,6 @@
 //! [`QuotaStore`] for [`PostgresStore`]: `cells.sql` (GCRA and token
-//! bucket), `fixed_window.sql` and `sliding_window_counter.sql`.
+//! bucket), `fixed_window.sql`, `sliding_window_counter.sql` and
+//! `sliding_log.sql`.
 
 use tokio::time::Instant;
 
@@ -9,11 +10,12 @@ use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 use crate::store::late::{self, Late};
+use crate::store::quota::{log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl PostgresStore {
-    /// Runs `op` of `quota`'s function with `args`, then reads its reply
-    /// with `read`; a late reply goes where `late` says.
+    /// Runs operation `op` of `quota`'s function with `args` and reads the
+    /// reply with `read`; a late reply goes where `late` says.
     fn quota_op<T: Send + 'static>(
         &self,
         key: &PostgresKey,
@@ -45,18 +47,41 @@ impl PostgresStore {
                 StatementName::SlidingWindowCounter,
                 window_params(op, name, max, micros(window), args),
             ),
+            QuotaKind::SlidingLog { .. } => {
+                (StatementName::SlidingLog, log_params(op, name, quota, args))
+            }
         };
         self.run(statement, params, read, late)
     }
 }
 
-/// The parameters of a window quota's function.
+/// The parameters of `window_op(op, name, max, window, args)`.
 fn window_params(op: &'static str, name: String, max: u32, window: i64, args: Vec<i64>) -> Params {
     vec![
         Box::new(op),
         Box::new(name),
         Box::new(i64::from(max)),
         Box::new(window),
+        Box::new(args),
+    ]
+}
+
+/// The parameters of the sliding log's function: `op, name, max, window,
+/// initial, multiplier, cap, jitter, args` (a backoff's zeros without one).
+fn log_params(op: &'static str, name: String, quota: &Quota, args: Vec<i64>) -> Params {
+    let (op, jitter) = log_op(op, quota);
+    let (initial, multiplier, cap) = quota.backoff().map_or((0, 1.0, 0), |b| {
+        (micros(b.initial).max(1), b.multiplier, micros(b.max))
+    });
+    vec![
+        Box::new(op),
+        Box::new(name),
+        Box::new(i64::from(quota.capacity())),
+        Box::new(micros(quota.window())),
+        Box::new(initial),
+        Box::new(multiplier),
+        Box::new(cap),
+        Box::new(jitter.unwrap_or(0.0)),
         Box::new(args),
     ]
 }
@@ -71,7 +96,7 @@ impl QuotaStore for PostgresStore {
     }
 
     /// Creates the schema, its tables and functions if missing.
-    fn prepare_quotas(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::new(self.create_schema())
     }
 
@@ -125,6 +150,13 @@ impl QuotaStore for PostgresStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
+        if let QuotaKind::SlidingLog { .. } = quota.kind() {
+            // A start is its ticket: it stays whatever its size.
+            let (op, args) = log_adjustment(ticket, from, to);
+            let args = args.into_iter().map(signed).collect();
+            let read = move |_: Reply<'_>| Ok(Some(ticket));
+            return self.quota_op(key, quota, op, args, read, Late::Patient);
+        }
         let args = vec![signed(ticket), i64::from(from), i64::from(to)];
         let read = |r: Reply<'_>| {
             // `[0]`: the grant can no longer be adjusted down.

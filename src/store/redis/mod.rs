@@ -12,7 +12,6 @@
 mod curve;
 mod lease;
 mod quota;
-mod sliding_log;
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,10 +31,10 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 const DEFAULT_PREFIX: &str = "tower-limits:";
 
 /// A store in Redis, shared by every process that connects to it: a
-/// [`RateLimiterStore`](super::RateLimiterStore) (sliding log and backoff), a
 /// [`QuotaStore`](super::QuotaStore) (GCRA, token bucket, fixed window,
-/// sliding window counter) and a [`LeaseStore`](super::LeaseStore)
-/// (concurrency leases).
+/// sliding window counter, sliding log), a [`LeaseStore`](super::LeaseStore)
+/// (concurrency leases) and a [`CurveStore`](super::CurveStore) (adaptive
+/// rates).
 ///
 /// Clones share one multiplexed connection, which reconnects by itself
 /// after the server goes away. Every call gives up after a timeout (250 ms
@@ -48,7 +47,7 @@ const DEFAULT_PREFIX: &str = "tower-limits:";
 /// ```no_run
 /// use std::time::Duration;
 /// use tower_limits::store::{Quota, RedisStore};
-/// use tower_limits::{LimiterExt, RateLimiter, SharedLimiter};
+/// use tower_limits::{LimiterExt, RateLimiter};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -63,7 +62,7 @@ const DEFAULT_PREFIX: &str = "tower-limits:";
 ///     .store(store.clone())
 ///     .build()?;
 /// // 10 a second with bursts of 20, as a token bucket.
-/// let bucket = SharedLimiter::new(store, "search-api", Quota::token_bucket(20, 10, Duration::from_secs(1))?);
+/// let bucket = RateLimiter::new(store, "search-api", Quota::token_bucket(20, 10, Duration::from_secs(1))?);
 ///
 /// let _permit = window.acquire().await?;
 /// let _permit = bucket.acquire().await?;
@@ -602,7 +601,7 @@ impl fmt::Debug for RedisStore {
 }
 
 /// The keys of one limit in a [`RedisStore`], all in one Cluster slot; made
-/// by the store's `key`, `quota_key` and `lease_key`.
+/// by the store's `quota_key`, `lease_key` and `curve_key`.
 ///
 /// ```no_run
 /// use tower_limits::store::{QuotaStore, RedisKey, RedisStore};
@@ -635,13 +634,13 @@ impl RedisKey {
     /// The Redis keys of the limit.
     ///
     /// ```no_run
-    /// use tower_limits::store::{RateLimiterStore, RedisStore};
+    /// use tower_limits::store::{QuotaStore, RedisStore};
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), tower_limits::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
-    /// let key = store.key("crm");
-    /// assert_eq!(key.parts(), ["tower-limits:{crm}:log", "tower-limits:{crm}:state"]);
+    /// let key = store.quota_key("crm");
+    /// assert_eq!(key.parts(), ["tower-limits:{crm}:quota", "tower-limits:{crm}:gaps"]);
     /// # Ok(())
     /// # }
     /// ```

@@ -1,5 +1,5 @@
 //! [`QuotaStore`] for [`RedisStore`]: `cells.lua` (GCRA and token bucket),
-//! `fixed_window.lua` and `sliding_window_counter.lua`.
+//! `fixed_window.lua`, `sliding_window_counter.lua` and `sliding_log.lua`.
 
 use tokio::time::Instant;
 
@@ -11,45 +11,65 @@ use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 use crate::store::late::{self, Late};
+use crate::store::quota::{log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 impl RedisStore {
     /// The script of `quota`'s algorithm and its leading arguments.
-    fn quota_script(quota: &Quota) -> (ScriptName, [String; 2]) {
+    fn quota_script(quota: &Quota) -> (ScriptName, Vec<String>) {
         match quota.kind() {
             QuotaKind::Cells { interval, burst } => {
                 let micros = interval.as_secs_f64() * 1e6;
-                (ScriptName::Cells, [micros.to_string(), burst.to_string()])
+                (ScriptName::Cells, args(&[&micros, &burst]))
             }
-            QuotaKind::FixedWindow { max, window } => (
-                ScriptName::FixedWindow,
-                [max.to_string(), micros(window).to_string()],
-            ),
+            QuotaKind::FixedWindow { max, window } => {
+                (ScriptName::FixedWindow, args(&[&max, &micros(window)]))
+            }
             QuotaKind::SlidingWindowCounter { max, window } => (
                 ScriptName::SlidingWindowCounter,
-                [max.to_string(), micros(window).to_string()],
+                args(&[&max, &micros(window)]),
             ),
+            QuotaKind::SlidingLog {
+                max,
+                window,
+                backoff,
+            } => {
+                let (initial, multiplier, cap) = backoff.map_or((0, 1.0, 0), |b| {
+                    (micros(b.initial).max(1), b.multiplier, micros(b.max))
+                });
+                let arguments = args(&[&max, &micros(window), &initial, &multiplier, &cap]);
+                (ScriptName::SlidingLog, arguments)
+            }
         }
     }
 
-    /// Runs `op` of `quota`'s script with `extra` arguments, and reads the
-    /// reply with `parse`; a late reply goes where `late` says.
+    /// Runs operation `op` of `quota`'s script (its leading arguments, then
+    /// `extra`) and reads the reply with `parse`; a late reply goes where
+    /// `late` says. A sliding log names some operations its own way and
+    /// takes a jitter where it may back off ([`log_op`]).
     fn quota_op<T: Send + 'static>(
         &self,
         key: &RedisKey,
         quota: &Quota,
         op: &'static str,
-        extra: Vec<String>,
+        mut extra: Vec<String>,
         parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
         late: Late<T>,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
-        let (script, [first, second]) = Self::quota_script(quota);
-        let mut arguments = vec![op.to_owned(), first, second];
+        let (script, mut arguments) = Self::quota_script(quota);
+        let op = match script {
+            ScriptName::SlidingLog => {
+                let (op, jitter) = log_op(op, quota);
+                extra.extend(jitter.map(|jitter| jitter.to_string()));
+                op
+            }
+            _ => op,
+        };
+        arguments.insert(0, op.to_owned());
         arguments.extend(extra);
         self.run(script, key, arguments, parse, late)
     }
 
-    /// Loads every script into the server's cache.
     pub(super) async fn load_scripts(&self) -> Result<(), LimiterError> {
         let mut connection = self.inner.connection.clone();
         for script in self.inner.scripts.all() {
@@ -71,7 +91,7 @@ impl QuotaStore for RedisStore {
     }
 
     /// Loads every script, so the first decisions need no `SCRIPT LOAD`.
-    fn prepare_quotas(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::new(self.load_scripts())
     }
 
@@ -135,6 +155,13 @@ impl QuotaStore for RedisStore {
                 Err(error) => return Err(error),
             })
         };
+        if let QuotaKind::SlidingLog { .. } = quota.kind() {
+            // A start is its ticket: it stays whatever its size.
+            let (op, extra) = log_adjustment(ticket, from, to);
+            let extra = extra.iter().map(u64::to_string).collect();
+            let parse = move |_: &[i64]| Ok(Some(ticket));
+            return self.quota_op(key, quota, op, extra, parse, Late::Patient);
+        }
         let extra = args(&[&ticket, &from, &to]);
         self.quota_op(key, quota, "adjust", extra, parse, Late::Patient)
     }

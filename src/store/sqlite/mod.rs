@@ -12,10 +12,10 @@
 //! once the lock is held, decides on it alone, and answers in durations,
 //! converted to this process's [`Instant`]s at the boundary.
 //!
-//! One module per kind of state: `sliding_log` (the `RateLimiterStore`),
-//! `quota` with one module per algorithm (`cells`, `fixed_window`,
-//! `sliding_window_counter`), `lease`, and `schema` (the tables and the
-//! sweep of expired rows).
+//! One module per kind of state: `quota` with one module per algorithm
+//! (`cells`, `fixed_window`, `sliding_window_counter`, `sliding_log`),
+//! `lease`, `curve`, and `schema` (the tables and the sweep of expired
+//! rows).
 
 mod cells;
 mod curve;
@@ -46,10 +46,10 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 const DEFAULT_CONNECTIONS: u32 = 4;
 
 /// A store in one SQLite file, shared by every process on the machine that
-/// opens it: a [`RateLimiterStore`](super::RateLimiterStore) (sliding log
-/// and backoff), a [`QuotaStore`](super::QuotaStore) (GCRA, token bucket,
-/// fixed window, sliding window counter) and a
-/// [`LeaseStore`](super::LeaseStore) (concurrency leases).
+/// opens it: a [`QuotaStore`](super::QuotaStore) (GCRA, token bucket,
+/// fixed window, sliding window counter, sliding log), a
+/// [`LeaseStore`](super::LeaseStore) (concurrency leases) and a
+/// [`CurveStore`](super::CurveStore) (adaptive rates).
 ///
 /// SQLite is compiled into the crate (cargo feature `sqlite`): no server,
 /// no system library. Opening the store creates the file and its tables if
@@ -71,7 +71,7 @@ const DEFAULT_CONNECTIONS: u32 = 4;
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::store::{Quota, SqliteStore};
-/// use tower_limits::{Limiter, LimiterExt, RateLimiter, SharedLimiter};
+/// use tower_limits::{Limiter, LimiterExt, RateLimiter};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -87,7 +87,7 @@ const DEFAULT_CONNECTIONS: u32 = 4;
 ///     .build()?;
 /// // 10 a second with bursts of 20, as a token bucket.
 /// let quota = Quota::token_bucket(20, 10, Duration::from_secs(1))?;
-/// let bucket = SharedLimiter::new(store, "search-api", quota);
+/// let bucket = RateLimiter::new(store, "search-api", quota);
 ///
 /// let _permit = window.acquire().await?;
 /// let _permit = bucket.acquire().await?;
@@ -496,7 +496,7 @@ impl SqliteStoreBuilder {
     /// use std::time::Duration;
     /// use tower_limits::store::{Quota, SqliteStore};
     /// use tower_limits::clock::Clock;
-    /// use tower_limits::{Limiter, SharedLimiter};
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -506,7 +506,7 @@ impl SqliteStoreBuilder {
     ///     .clock(Clock::tokio())
     ///     .open()
     ///     .await?;
-    /// let limiter = SharedLimiter::new(store, "api", Quota::gcra(1, Duration::from_secs(60))?);
+    /// let limiter = RateLimiter::new(store, "api", Quota::gcra(1, Duration::from_secs(60))?);
     /// assert!(limiter.can_proceed().await?);
     /// limiter.record_start().await?;
     /// assert!(!limiter.can_proceed().await?);
@@ -599,14 +599,14 @@ impl SqliteKey {
     /// The limit's name, as stored in every row of its state.
     ///
     /// ```
-    /// use tower_limits::store::{RateLimiterStore, SqliteStore};
+    /// use tower_limits::store::{QuotaStore, SqliteStore};
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let dir = std::env::temp_dir().join(format!("tower-limits-doc-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir)?;
     /// let store = SqliteStore::open(dir.join("limits.db")).await?;
-    /// assert_eq!(store.key("crm").name(), "crm");
+    /// assert_eq!(store.quota_key("crm").name(), "crm");
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }

@@ -29,6 +29,8 @@ fn load(tx: &Transaction<'_>, name: &str, quota: &Quota) -> rusqlite::Result<Quo
         QuotaState::SlidingWindowCounter(fresh) => {
             QuotaState::SlidingWindowCounter(sliding_window_counter::load(tx, name, fresh)?)
         }
+        // A log keeps its own rows (`sliding_log.rs`), never this state.
+        log @ QuotaState::SlidingLog(_) => log,
     })
 }
 
@@ -38,6 +40,7 @@ fn save(tx: &Transaction<'_>, name: &str, state: &QuotaState) -> rusqlite::Resul
         QuotaState::Cells(state) => cells::save(tx, name, state),
         QuotaState::FixedWindow(state) => fixed_window::save(tx, name, state),
         QuotaState::SlidingWindowCounter(state) => sliding_window_counter::save(tx, name, state),
+        QuotaState::SlidingLog(_) => Ok(()),
     }
 }
 
@@ -47,10 +50,17 @@ fn table(quota: &Quota) -> &'static str {
         QuotaKind::Cells { .. } => cells::TABLE,
         QuotaKind::FixedWindow { .. } => fixed_window::TABLE,
         QuotaKind::SlidingWindowCounter { .. } => sliding_window_counter::TABLE,
+        // `reset` clears a log, and its backoff, through `log_reset`.
+        QuotaKind::SlidingLog { .. } => "tower_limits_starts",
     }
 }
 
 /// When `cost` units of `state` could be taken, in nanoseconds from now.
+/// Whether `quota` is a sliding log, which keeps rows of its own.
+fn is_log(quota: &Quota) -> bool {
+    matches!(quota.kind(), QuotaKind::SlidingLog { .. })
+}
+
 fn wait(state: &QuotaState, now: Now, cost: u32) -> Option<i64> {
     let at = state.blocked_until(nonnegative(now.0), cost)?;
     Some(stored(at).saturating_sub(now.0))
@@ -93,7 +103,7 @@ impl QuotaStore for SqliteStore {
 
     /// Creates the tables if they are missing (opening the store already
     /// did).
-    fn prepare_quotas(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::new(self.call(Mode::Write, super::schema::create))
     }
 
@@ -103,6 +113,9 @@ impl QuotaStore for SqliteStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_decide(key, quota, cost));
+        }
         LimiterFuture::new(async move {
             let work = move |state: &mut QuotaState, now: Now| {
                 let decision = state.decide(nonnegative(now.0), cost);
@@ -121,6 +134,9 @@ impl QuotaStore for SqliteStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_look(key, quota, cost));
+        }
         LimiterFuture::new(async move {
             let work = move |state: &mut QuotaState, now: Now| wait(state, now, cost);
             let blocked = self
@@ -135,6 +151,9 @@ impl QuotaStore for SqliteStore {
         key: &'a SqliteKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_status(key, quota));
+        }
         let capacity = quota.capacity();
         LimiterFuture::new(async move {
             let work = move |state: &mut QuotaState, now: Now| {
@@ -153,6 +172,9 @@ impl QuotaStore for SqliteStore {
         key: &'a SqliteKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_take(key, quota));
+        }
         let write = (Mode::Write, Late::Drop);
         LimiterFuture::new(self.on_quota(key, quota, write, |state, now| {
             state.take(nonnegative(now.0));
@@ -167,6 +189,9 @@ impl QuotaStore for SqliteStore {
         from: u32,
         to: u32,
     ) -> LimiterFuture<'a, Result<Option<u64>, LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_adjust(key, quota, ticket, (from, to)));
+        }
         let write = (Mode::Write, Late::Patient);
         LimiterFuture::new(self.on_quota(key, quota, write, move |state, now| {
             state.adjust(nonnegative(now.0), ticket, from, to)
@@ -179,6 +204,9 @@ impl QuotaStore for SqliteStore {
         quota: &'a Quota,
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_pause(key, quota, at));
+        }
         let pause = nanos_until(at);
         let write = (Mode::Write, Late::Drop);
         LimiterFuture::new(self.on_quota(key, quota, write, move |state, now| {
@@ -191,6 +219,9 @@ impl QuotaStore for SqliteStore {
         key: &'a SqliteKey,
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        if is_log(quota) {
+            return LimiterFuture::new(self.log_reset(key, quota));
+        }
         let (name, sql) = (
             key.owned(),
             format!("DELETE FROM {} WHERE name = ?1", table(quota)),

@@ -1,4 +1,4 @@
-//! [`RateLimiterStore`] for [`SqliteStore`]: the sliding log and the classic
+//! A sliding log [`Quota`] in a [`SqliteStore`]: the log and the classic
 //! backoff, by the rules of `MemoryStore` and `sliding_log.lua`.
 //!
 //! Starts are rows of `tower_limits_starts` (one per unit of cost, at the
@@ -6,22 +6,18 @@
 //! the current backoff and what the last backoff replaced are one row of
 //! `tower_limits_backoffs`. Times here are microseconds of Unix time.
 
-use std::time::Duration;
-
 use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
 
 use super::schema::GRACE;
 use super::{
-    Answer, Mode, SqliteKey, SqliteStore, after, count_at, micros, nanos_to_duration, nonnegative,
-    stored,
+    Answer, Mode, SqliteKey, SqliteStore, after, micros, nanos_to_duration, nonnegative, stored,
 };
 use crate::algorithms::sliding_log::Pause;
 use crate::error::LimiterError;
-use crate::limiter::LimiterFuture;
 use crate::quota_status::{QuotaStatus, try_search};
 use crate::store::late::{self, Late};
-use crate::store::{Backoff, RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::store::{Backoff, Quota, WindowDecision};
 
 /// One log inside a transaction, at `now`, under a policy (zeros without).
 struct Log<'a> {
@@ -201,25 +197,6 @@ impl Log<'_> {
         }
     }
 
-    /// Starts within the last `window` (µs), oldest first, from `offset`.
-    fn in_window(&self, window: i64, offset: usize) -> rusqlite::Result<Option<i64>> {
-        let sql = "SELECT at FROM tower_limits_starts WHERE name = ?1 AND at > ?2 \
-                   ORDER BY at LIMIT 1 OFFSET ?3";
-        let horizon = self.now.saturating_sub(window);
-        self.tx
-            .prepare_cached(sql)?
-            .query_row(params![self.name, horizon, count(offset)], |row| row.get(0))
-            .optional()
-    }
-
-    fn count(&self, window: i64) -> rusqlite::Result<usize> {
-        let sql = "SELECT COUNT(*) FROM tower_limits_starts WHERE name = ?1 AND at > ?2";
-        let horizon = self.now.saturating_sub(window);
-        self.tx
-            .prepare_cached(sql)?
-            .query_row(params![self.name, horizon], |row| count_at(row, 0))
-    }
-
     fn clear(&self) -> rusqlite::Result<()> {
         for sql in [
             "DELETE FROM tower_limits_starts WHERE name = ?1",
@@ -247,212 +224,142 @@ fn expiry(until: i64) -> i64 {
     until.saturating_mul(1_000).saturating_add(GRACE)
 }
 
-/// A count or offset as SQLite's integer.
-fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 impl SqliteStore {
-    /// Runs `work` on the log of `key` in one transaction.
+    /// Runs `work` on the log of `key` under `quota` in one transaction.
     async fn on_log<T, F>(
         &self,
         key: &SqliteKey,
+        quota: &Quota,
         (mode, late): (Mode, Late<T>),
-        policy: Option<WindowPolicy>,
         work: F,
     ) -> Result<T, LimiterError>
     where
         T: Send + 'static,
         F: FnOnce(&Log<'_>) -> rusqlite::Result<T> + Send + 'static,
     {
-        let name = key.owned();
+        let (name, quota) = (key.owned(), *quota);
         self.call_late(mode, late, move |tx, now| {
             work(&Log {
                 tx,
                 name: &name,
                 now: now.micros(),
-                max: policy.map_or(0, |policy| policy.max_executions),
-                window: policy.map_or(0, |policy| micros(policy.window)),
-                backoff: policy.and_then(|policy| policy.backoff),
+                max: quota.capacity(),
+                window: micros(quota.window()),
+                backoff: quota.backoff(),
             })
         })
         .await
     }
-}
 
-impl RateLimiterStore for SqliteStore {
-    type Key = SqliteKey;
-
-    fn key(&self, name: &str) -> SqliteKey {
-        SqliteKey::new(name)
-    }
-
-    /// Creates the tables if they are missing (opening the store already
-    /// did).
-    fn setup(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        LimiterFuture::new(self.call(Mode::Write, super::schema::create))
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
+    /// [`QuotaStore::decide`](crate::store::QuotaStore::decide) on a log.
+    pub(super) async fn log_decide(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
         cost: u32,
-        jitter: f64,
-    ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        LimiterFuture::new(async move {
-            let work = move |log: &Log<'_>| log.acquire(cost, jitter);
-            let undo = late::undo_start(self, key, policy, cost, key.owned().to_string());
-            let write = (Mode::Write, undo.before(Answer::decision));
-            let answer = self.on_log(key, write, Some(policy), work).await?;
-            Ok(answer.decision())
+    ) -> Result<WindowDecision, LimiterError> {
+        let jitter = quota.jitter();
+        let work = move |log: &Log<'_>| log.acquire(cost, jitter);
+        let undo = late::undo_grant(self, key, *quota, cost, key.owned().to_string());
+        let write = (Mode::Write, undo.before(Answer::decision));
+        let answer = self.on_log(key, quota, write, work).await?;
+        Ok(answer.decision())
+    }
+
+    /// [`QuotaStore::take`](crate::store::QuotaStore::take) on a log.
+    pub(super) async fn log_take(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
+    ) -> Result<(), LimiterError> {
+        let jitter = quota.jitter();
+        self.on_log(key, quota, (Mode::Write, Late::Drop), move |log| {
+            log.prune()?;
+            log.update(|state| log.record(state, 1, jitter))
         })
+        .await
     }
 
-    fn record_execution<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
-        jitter: f64,
-    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(
-            self.on_log(key, (Mode::Write, Late::Drop), Some(policy), move |log| {
-                log.prune()?;
-                log.update(|state| log.record(state, 1, jitter))
-            }),
-        )
-    }
-
-    fn refund<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
+    /// [`QuotaStore::adjust`](crate::store::QuotaStore::adjust) on a log: a
+    /// refund (to 0 units) or a resize; the start stays the ticket.
+    pub(super) async fn log_adjust(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
         ticket: u64,
-        cost: u32,
-    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+        (from, to): (u32, u32),
+    ) -> Result<Option<u64>, LimiterError> {
         let write = (Mode::Write, Late::Patient);
-        LimiterFuture::new(self.on_log(key, write, Some(policy), move |log| {
-            log.refund(ticket, cost)
-        }))
+        self.on_log(key, quota, write, move |log| match to {
+            0 => log.refund(ticket, from),
+            to => log.settle(ticket, from, to),
+        })
+        .await?;
+        Ok(Some(ticket))
     }
 
-    fn settle<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
-        ticket: u64,
-        from: u32,
-        to: u32,
-    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        let write = (Mode::Write, Late::Patient);
-        LimiterFuture::new(self.on_log(key, write, Some(policy), move |log| {
-            log.settle(ticket, from, to)
-        }))
-    }
-
-    fn peek<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
+    /// [`QuotaStore::look`](crate::store::QuotaStore::look) on a log.
+    pub(super) async fn log_look(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
         cost: u32,
-    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let work = move |log: &Log<'_>| {
-                let at = log.blocked_until(&log.load()?, cost)?;
-                Ok(log.until(at))
-            };
-            let blocked = self
-                .on_log(key, (Mode::Read, Late::Drop), Some(policy), work)
-                .await?;
-            Ok(blocked.map(after))
-        })
+    ) -> Result<Option<Instant>, LimiterError> {
+        let work = move |log: &Log<'_>| {
+            let at = log.blocked_until(&log.load()?, cost)?;
+            Ok(log.until(at))
+        };
+        let blocked = self
+            .on_log(key, quota, (Mode::Read, Late::Drop), work)
+            .await?;
+        Ok(blocked.map(after))
     }
 
-    fn window_status<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        policy: WindowPolicy,
-    ) -> LimiterFuture<'a, Result<QuotaStatus, LimiterError>> {
-        LimiterFuture::new(async move {
-            let work = move |log: &Log<'_>| {
-                let state = log.load()?;
-                let blocked = |cost| log.blocked_until(&state, cost);
-                let (remaining, at) = try_search(policy.max_executions(), blocked)?;
-                Ok((remaining, log.until(at)))
-            };
-            let (remaining, wait) = self
-                .on_log(key, (Mode::Read, Late::Drop), Some(policy), work)
-                .await?;
-            Ok(policy.status(u64::from(remaining), wait.map(nanos_to_duration)))
-        })
+    /// [`QuotaStore::quota_status`](crate::store::QuotaStore::quota_status)
+    /// of a log.
+    pub(super) async fn log_status(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
+    ) -> Result<QuotaStatus, LimiterError> {
+        let capacity = quota.capacity();
+        let work = move |log: &Log<'_>| {
+            let state = log.load()?;
+            let blocked = |cost| log.blocked_until(&state, cost);
+            let (remaining, at) = try_search(capacity, blocked)?;
+            Ok((remaining, log.until(at)))
+        };
+        let (remaining, wait) = self
+            .on_log(key, quota, (Mode::Read, Late::Drop), work)
+            .await?;
+        Ok(quota.status(u64::from(remaining), wait.map(nanos_to_duration)))
     }
 
-    fn execution_count<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        window: Duration,
-    ) -> LimiterFuture<'a, Result<usize, LimiterError>> {
-        let window = micros(window);
-        LimiterFuture::new(
-            self.on_log(key, (Mode::Read, Late::Drop), None, move |log| {
-                log.count(window)
-            }),
-        )
-    }
-
-    fn oldest_execution_at_offset<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-        window: Duration,
-        offset: usize,
-    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        let window = micros(window);
-        LimiterFuture::new(async move {
-            let work = move |log: &Log<'_>| {
-                let start = log.in_window(window, offset)?;
-                Ok(start.map(|start| log.now.saturating_sub(start).max(0)))
-            };
-            let age = self
-                .on_log(key, (Mode::Read, Late::Drop), None, work)
-                .await?;
-            Ok(age.map(|age| {
-                let age = Duration::from_micros(u64::try_from(age).unwrap_or(0));
-                Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
-            }))
-        })
-    }
-
-    fn next_available<'a>(
-        &'a self,
-        key: &'a SqliteKey,
-    ) -> LimiterFuture<'a, Result<Option<Instant>, LimiterError>> {
-        LimiterFuture::new(async move {
-            let work = |log: &Log<'_>| Ok(log.until(Some(stored(log.load()?.next_available))));
-            let paused = self
-                .on_log(key, (Mode::Read, Late::Drop), None, work)
-                .await?;
-            Ok(paused.map(after))
-        })
-    }
-
-    fn set_next_available<'a>(
-        &'a self,
-        key: &'a SqliteKey,
+    /// [`QuotaStore::pause`](crate::store::QuotaStore::pause) of a log.
+    pub(super) async fn log_pause(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
         at: Instant,
-    ) -> LimiterFuture<'a, Result<(), LimiterError>> {
+    ) -> Result<(), LimiterError> {
         let pause = micros(at.saturating_duration_since(Instant::now()));
-        LimiterFuture::new(
-            self.on_log(key, (Mode::Write, Late::Drop), None, move |log| {
-                log.update(|state| {
-                    // A pause from outside is never undone by a refund.
-                    state.pause_until(nonnegative(log.now.saturating_add(pause)));
-                    Ok(())
-                })
-            }),
-        )
+        self.on_log(key, quota, (Mode::Write, Late::Drop), move |log| {
+            log.update(|state| {
+                // A pause from outside is never undone by a refund.
+                state.pause_until(nonnegative(log.now.saturating_add(pause)));
+                Ok(())
+            })
+        })
+        .await
     }
 
-    fn clear<'a>(&'a self, key: &'a SqliteKey) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        LimiterFuture::new(self.on_log(key, (Mode::Write, Late::Drop), None, |log| log.clear()))
+    /// [`QuotaStore::reset`](crate::store::QuotaStore::reset) of a log.
+    pub(super) async fn log_reset(
+        &self,
+        key: &SqliteKey,
+        quota: &Quota,
+    ) -> Result<(), LimiterError> {
+        let write = (Mode::Write, Late::Drop);
+        self.on_log(key, quota, write, |log| log.clear()).await
     }
 }

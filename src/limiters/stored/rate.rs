@@ -1,4 +1,6 @@
-//! [`RateLimiter`]: a sliding window of starts with exponential backoff.
+//! [`RateLimiter`]: any [`Quota`] (GCRA, token bucket, fixed window, sliding
+//! window counter, the seed's sliding log with backoff) decided in a
+//! [`QuotaStore`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,33 +13,52 @@ use crate::error::{ConfigError, CostTooHigh, LimiterError};
 use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
-use crate::limiters::internals::policy_cell::PolicyCell;
+use crate::limiters::internals::quota_cell::QuotaCell;
 use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
-use crate::store::late::until_applied;
-use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, WindowPolicy};
+use crate::store::late::{spawn_or_warn, until_applied};
+use crate::store::{Backoff, MemoryStore, Quota, QuotaStore, WindowDecision};
 
-/// At most `max_executions` starts in any sliding `window`, with the classic
-/// exponential backoff and full jitter once the window fills.
+/// A [`Quota`] kept in a [store](crate::store): the classic rate limiter,
+/// and the limit shared by every process that uses the same store and name.
 ///
-/// The window is kept in a [store](crate::store): [`MemoryStore`] by default,
-/// a shared one to hold the limit across processes. Each decision is one
-/// atomic store operation. Limiters with the same name on the same store share
-/// one window.
+/// The quota is any counting algorithm: the seed's sliding log of starts
+/// with exponential backoff and jitter
+/// ([`builder`](RateLimiter::builder)), or GCRA, a token bucket, a fixed
+/// window, a sliding window counter ([`new`](RateLimiter::new) with a
+/// [`Quota`]). The store is [`MemoryStore`] by default; with
+#[cfg_attr(
+    feature = "redis",
+    doc = "[`RedisStore`](crate::store::RedisStore) (feature `redis`),"
+)]
+#[cfg_attr(not(feature = "redis"), doc = "`RedisStore` (feature `redis`),")]
+/// PostgreSQL or SQLite the limit holds across processes. Each decision
+/// is one atomic [`QuotaStore::decide`] (one Lua script in Redis); a denied
+/// caller waits for the instant the store named, or until a refund in this
+/// process gives units back. Clones share the limiter; limiters with the
+/// same name on one store share one limit. Wrap it in a
+/// [`Failover`](crate::Failover) to choose what happens while a store is
+/// down.
 ///
-/// When a start fills the window, the next start waits for the later of "the
-/// oldest start leaves the window" and a jittered backoff (see [`Backoff`];
-/// defaults: 1 s initial, ×2, 10 min cap). With a short window the backoff
-/// dominates and the achieved rate stays well under the limit; call
+/// With the seed's backoff (on by default in the builder), when a start
+/// fills the window the next start waits for the later of "the oldest start
+/// leaves the window" and a jittered backoff (see [`Backoff`]: 1 s, ×2, up
+/// to 10 min). With a short window the backoff dominates and the achieved
+/// rate stays well under the limit; call
 /// [`without_backoff`](RateLimiterBuilder::without_backoff) for a plain
 /// sliding window that admits exactly `max_executions` per window.
 ///
+/// For one process, [`GcraLimiter`](crate::GcraLimiter) and the other
+/// in-memory limiters decide the same algorithms without a store.
+///
 /// ```
 /// use std::time::Duration;
+/// use tower_limits::store::{MemoryStore, Quota};
 /// use tower_limits::{Limiter, LimiterExt, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The seed's limiter: a sliding window of 2 starts a second.
 /// let limiter = RateLimiter::builder("openai-embeddings", 2, Duration::from_secs(1))
 ///     .without_backoff()
 ///     .build()?;
@@ -47,97 +68,111 @@ use crate::store::{Backoff, MemoryStore, RateLimiterStore, WindowDecision, Windo
 /// }
 /// // Two at once, two more when the first two leave the window.
 /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+///
+/// // A token bucket shared by two workers through one store.
+/// let store = MemoryStore::new();
+/// let quota = Quota::token_bucket(2, 1, Duration::from_secs(1))?;
+/// let worker_a = RateLimiter::new(store.clone(), "search-api", quota);
+/// let worker_b = RateLimiter::new(store, "search-api", quota);
+/// drop(worker_a.acquire_many(2).await?); // empties the shared bucket
+/// assert!(!worker_b.can_proceed().await?);
 /// # Ok(())
 /// # }
 /// ```
-pub struct RateLimiter<S: RateLimiterStore = MemoryStore> {
+#[doc(alias = "SharedLimiter")]
+pub struct RateLimiter<S: QuotaStore = MemoryStore> {
     shared: Arc<RateShared<S>>,
 }
 
-struct RateShared<S: RateLimiterStore> {
+struct RateShared<S: QuotaStore> {
     name: String,
-    /// Fired when a refund or `clear` frees a start early.
+    /// Fired when a refund, a settle, `clear` or a new quota in this
+    /// process may admit a waiting caller sooner.
     released: ReleaseEvent,
     store: S,
-    key: S::Key,
-    policy: PolicyCell,
+    key: S::QuotaKey,
+    quota: QuotaCell,
 }
 
-impl<S: RateLimiterStore> RateShared<S> {
-    #[inline]
-    fn acquire(
+impl<S: QuotaStore> RateShared<S> {
+    /// Decides `cost` under `quota`; a denial also wakes on `listener`.
+    fn decide_listening(
         &self,
-        policy: WindowPolicy,
-        cost: u32,
-    ) -> LimiterFuture<'_, Result<WindowDecision, LimiterError>> {
-        self.store.acquire(&self.key, policy, cost, jitter(&policy))
-    }
-
-    /// Decides, with `listener` on a denial so a refund wakes the caller.
-    fn acquire_listening(
-        &self,
-        policy: WindowPolicy,
+        quota: Quota,
         cost: u32,
         listener: ReleaseListener,
     ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let admission = move |decision| admission(decision, cost, Some(listener));
-        match self.acquire(policy, cost).into_ready() {
+        match self.store.decide(&self.key, &quota, cost).into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(admission)),
-            Err(pending) => LimiterFuture::new(async move { Ok(admission(pending.await?)) }),
+            // The unpolled future borrows `quota`: drop it, make it again.
+            Err(_unpolled) => LimiterFuture::new(async move {
+                let decision = self.store.decide(&self.key, &quota, cost).await?;
+                Ok(admission(decision))
+            }),
         }
     }
 
-    /// The store operation for `adjustment`.
-    fn adjustment(&self, adjustment: Adjustment) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        let (key, policy) = (&self.key, self.policy.load());
-        match adjustment {
-            Adjustment::Refund { ticket, cost } => self.store.refund(key, policy, ticket, cost),
-            Adjustment::Settle { ticket, from, to } => {
-                self.store.settle(key, policy, ticket, from, to)
+    /// Runs `ask` with the quota in force: at once if the store answers at
+    /// once, else in a future that owns the quota.
+    fn ask<'a, T, F>(&'a self, ask: F) -> LimiterFuture<'a, Result<T, LimiterError>>
+    where
+        T: Send + 'a,
+        F: for<'q> Fn(
+                &'q S,
+                &'q S::QuotaKey,
+                &'q Quota,
+            ) -> LimiterFuture<'q, Result<T, LimiterError>>
+            + Send
+            + 'a,
+    {
+        let quota = self.quota.load();
+        match ask(&self.store, &self.key, &quota).into_ready() {
+            Ok(result) => LimiterFuture::ready(result),
+            Err(_unpolled) => {
+                LimiterFuture::new(async move { ask(&self.store, &self.key, &quota).await })
             }
         }
     }
 
-    /// Applies `adjustment` now if the store answers at once, else on the
-    /// runtime (a pending future is dropped unpolled and made again there).
-    fn adjust(self: &Arc<Self>, adjustment: Adjustment) {
-        match self.adjustment(adjustment).into_ready().ok() {
-            Some(result) => self.adjusted(result),
-            None => adjust_later(Arc::clone(self), adjustment),
+    /// Moves a grant of `from` units to `to`; the grant's new ticket, if the
+    /// store answered at once and can still adjust it.
+    fn adjust(self: &Arc<Self>, ticket: u64, from: u32, to: u32) -> Option<u64> {
+        let quota = self.quota.load();
+        let adjusting = self.store.adjust(&self.key, &quota, ticket, from, to);
+        match adjusting.into_ready() {
+            Ok(result) => self.adjusted(result).flatten(),
+            Err(_unpolled) => {
+                let shared = Arc::clone(self);
+                spawn_or_warn(&self.name, "adjust a grant", async move {
+                    let adjust = || shared.store.adjust(&shared.key, &quota, ticket, from, to);
+                    if until_applied(&shared.name, "adjust a grant", adjust)
+                        .await
+                        .is_some()
+                    {
+                        shared.released.notify();
+                    }
+                });
+                None
+            }
         }
     }
 
-    /// Wakes waiting callers, as starts may have been given back.
-    fn adjusted(&self, result: Result<(), LimiterError>) {
+    fn adjusted(&self, result: Result<Option<u64>, LimiterError>) -> Option<Option<u64>> {
         match result {
-            Ok(()) => self.released.notify(),
+            Ok(ticket) => {
+                self.released.notify();
+                Some(ticket)
+            }
             Err(error) => {
-                tracing::warn!(limiter = %self.name, %error, "could not adjust recorded starts");
+                tracing::warn!(limiter = %self.name, %error, "could not adjust a grant");
+                None
             }
         }
     }
 }
 
-/// A change to starts already recorded.
-#[derive(Clone, Copy, Debug)]
-enum Adjustment {
-    /// The call never started: erase its starts.
-    Refund { ticket: u64, cost: u32 },
-    /// The call's real cost is known.
-    Settle { ticket: u64, from: u32, to: u32 },
-}
-
-/// A jitter draw for the backoff; none is needed without one.
-#[inline]
-fn jitter(policy: &WindowPolicy) -> f64 {
-    if policy.backoff.is_some() {
-        fastrand::f64()
-    } else {
-        0.0
-    }
-}
-
-impl<S: RateLimiterStore> Clone for RateLimiter<S> {
+impl<S: QuotaStore> Clone for RateLimiter<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -145,9 +180,40 @@ impl<S: RateLimiterStore> Clone for RateLimiter<S> {
     }
 }
 
+impl<S: QuotaStore> RateLimiter<S> {
+    /// A limiter enforcing `quota` under `name` in `store`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota};
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
+    /// let limiter = RateLimiter::new(MemoryStore::new(), "geocoder", quota);
+    /// assert_eq!(limiter.name(), "geocoder");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(store: S, name: impl Into<String>, quota: Quota) -> Self {
+        let name = name.into();
+        let key = store.quota_key(&name);
+        Self {
+            shared: Arc::new(RateShared {
+                name,
+                released: ReleaseEvent::new(),
+                store,
+                key,
+                quota: QuotaCell::new(quota),
+            }),
+        }
+    }
+}
+
 impl RateLimiter {
-    /// Starts building a limiter named `name` allowing `max_executions`
-    /// starts per `window`, on a fresh [`MemoryStore`].
+    /// Starts building the seed's limiter: at most `max_executions` starts
+    /// in any sliding `window` ([`Quota::sliding_log`]), named `name`, on a
+    /// fresh [`MemoryStore`].
     ///
     /// **Backoff is on by default**: each denial while the window is full
     /// pushes the next start back by a growing delay (1 s, doubling up to
@@ -178,12 +244,10 @@ impl RateLimiter {
             store: MemoryStore::new(),
             max_executions,
             window,
-            backoff: Some(DEFAULT_BACKOFF),
+            backoff: Some(Backoff::SEED),
         }
     }
-}
 
-impl RateLimiter {
     /// [`builder`](RateLimiter::builder) with the limit given as a [`Rate`]:
     /// `rate.count()` starts per `rate.per()` window.
     ///
@@ -193,8 +257,8 @@ impl RateLimiter {
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = RateLimiter::from_rate("mail", "100/m".parse::<Rate>()?).build()?;
-    /// assert_eq!(limiter.policy().max_executions(), 100);
-    /// assert_eq!(limiter.policy().window(), Duration::from_secs(60));
+    /// assert_eq!(limiter.quota().capacity(), 100);
+    /// assert_eq!(limiter.quota().window(), Duration::from_secs(60));
     /// # Ok(())
     /// # }
     /// ```
@@ -203,13 +267,7 @@ impl RateLimiter {
     }
 }
 
-const DEFAULT_BACKOFF: Backoff = Backoff {
-    initial: Duration::from_secs(1),
-    multiplier: 2.0,
-    max: Duration::from_secs(600),
-};
-
-impl<S: RateLimiterStore> RateLimiter<S> {
+impl<S: QuotaStore> RateLimiter<S> {
     /// The limit's name (its key in the store).
     ///
     /// ```
@@ -226,7 +284,7 @@ impl<S: RateLimiterStore> RateLimiter<S> {
         &self.shared.name
     }
 
-    /// The validated policy.
+    /// The quota it enforces.
     ///
     /// ```
     /// use std::time::Duration;
@@ -236,62 +294,55 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     /// let limiter = RateLimiter::builder("api", 100, Duration::from_secs(60))
     ///     .without_backoff()
     ///     .build()?;
-    /// let policy = limiter.policy();
-    /// assert_eq!(policy.max_executions(), 100);
-    /// assert_eq!(policy.window(), Duration::from_secs(60));
-    /// assert!(policy.backoff().is_none());
+    /// let quota = limiter.quota();
+    /// assert_eq!(quota.capacity(), 100);
+    /// assert_eq!(quota.window(), Duration::from_secs(60));
+    /// assert!(quota.backoff().is_none());
     /// # Ok(())
     /// # }
     /// ```
-    pub fn policy(&self) -> WindowPolicy {
-        self.shared.policy.load()
+    pub fn quota(&self) -> Quota {
+        self.shared.quota.load()
     }
 
-    /// Changes the limit at runtime, keeping the backoff settings and every
-    /// start already recorded: the new limit applies from the next decision.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError`] on the rules of [`RateLimiterBuilder::build`]; the
-    /// limit is then unchanged.
+    /// Enforces `quota` from the next decision on, in this process, and
+    /// wakes waiting callers to ask again. What was spent still counts: a
+    /// sliding log keeps its starts and its pause, a new rate or burst for
+    /// GCRA or a token bucket keeps the TAT; a quota of another algorithm
+    /// or window starts afresh. A sliding log's backoff comes with its
+    /// quota (keep it with [`Quota::with_backoff`]). Every process sharing
+    /// the name should change together
+    /// ([`AdaptiveRateLimiter::build_shared`](crate::limiters::AdaptiveRateLimiterBuilder::build_shared)
+    /// does this as it learns the rate).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::limiter::Admission;
-    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, LimiterExt, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60))
-    ///     .without_backoff()
-    ///     .build()?;
-    /// let Admission::Granted(_first) = limiter.try_acquire().await? else { unreachable!() };
+    /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(60)).build()?;
+    /// drop(limiter.acquire().await?);
     /// assert!(!limiter.can_proceed().await?);
-    /// limiter.set_limit(2, Duration::from_secs(60))?; // the first start still counts
-    /// assert!(limiter.can_proceed().await?);
+    ///
+    /// let backoff = limiter.quota().backoff();
+    /// let twice = Quota::sliding_log(2, Duration::from_secs(60))?.with_backoff(backoff)?;
+    /// limiter.set_quota(twice); // the first start still counts
+    /// assert_eq!(limiter.quota(), twice);
     /// # Ok(())
     /// # }
     /// ```
-    pub fn set_limit(&self, max_executions: u32, window: Duration) -> Result<(), ConfigError> {
-        let policy = WindowPolicy {
-            max_executions,
-            window,
-            ..self.policy()
-        };
-        validate(&policy)?;
-        self.shared.policy.store(policy);
+    pub fn set_quota(&self, quota: Quota) {
+        self.shared.quota.store(quota);
         self.shared.released.notify();
-        Ok(())
     }
 
-    /// The store behind this limiter.
-    ///
-    /// Through it the limiter's window can be inspected with the
-    /// [`RateLimiterStore`] operations.
+    /// The store it decides in.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::store::RateLimiterStore;
+    /// use tower_limits::store::{MemoryStore, QuotaStore};
     /// use tower_limits::{LimiterExt, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -300,10 +351,9 @@ impl<S: RateLimiterStore> RateLimiter<S> {
     /// drop(limiter.acquire().await?);
     /// drop(limiter.acquire().await?);
     ///
-    /// let store = limiter.store();
-    /// let key = store.key(limiter.name());
-    /// let window = limiter.policy().window();
-    /// assert_eq!(store.execution_count(&key, window).await?, 2);
+    /// let store: &MemoryStore = limiter.store();
+    /// let key = store.quota_key(limiter.name());
+    /// assert_eq!(store.quota_status(&key, &limiter.quota()).await?.remaining(), 8);
     /// # Ok(())
     /// # }
     /// ```
@@ -329,53 +379,29 @@ fn admission(decision: WindowDecision, cost: u32, listener: Option<ReleaseListen
     }
 }
 
-/// Runs a store's asynchronous adjustment on the current runtime. Outside a
-/// runtime the starts stay as they are (a refund is lost: the window
-/// over-counts, never under).
-fn adjust_later<S: RateLimiterStore>(shared: Arc<RateShared<S>>, adjustment: Adjustment) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move {
-                let adjust = || shared.adjustment(adjustment);
-                if until_applied(&shared.name, "adjust recorded starts", adjust)
-                    .await
-                    .is_some()
-                {
-                    shared.released.notify();
-                }
-            });
-        }
-        Err(_) => {
-            tracing::warn!(limiter = %shared.name, ?adjustment, "no runtime to adjust recorded starts");
-        }
-    }
-}
-
-impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
-    /// A call costing `cost` records `cost` starts.
+impl<S: QuotaStore> Limiter for RateLimiter<S> {
     #[inline]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        let policy = shared.policy.load();
-        if let Err(error) = CostTooHigh::check(cost, policy.max_executions) {
+        let quota = shared.quota.load();
+        if let Err(error) = CostTooHigh::check(cost, quota.capacity()) {
             return LimiterFuture::ready(Err(error));
         }
-        match shared.acquire(policy, cost).into_ready() {
-            // Listen, then look once more: a refund in between is not missed.
+        match shared.store.decide(&shared.key, &quota, cost).into_ready() {
+            // Listen, then decide once more: a refund in between is not missed.
             Ok(Ok(WindowDecision::Denied { .. })) => {
-                shared.acquire_listening(policy, cost, shared.released.listen())
+                shared.decide_listening(quota, cost, shared.released.listen())
             }
             Ok(result) => LimiterFuture::ready(result.map(|d| admission(d, cost, None))),
             // A store that answers asynchronously: listen before deciding
             // (the unpolled future is dropped and made again).
-            Err(_unpolled) => shared.acquire_listening(policy, cost, shared.released.listen()),
+            Err(_unpolled) => shared.decide_listening(quota, cost, shared.released.listen()),
         }
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
-        let shared = &*self.shared;
-        let peek = shared.store.peek(&shared.key, shared.policy.load(), 1);
-        match peek.into_ready() {
+        let look = self.peek(1);
+        match look.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(|blocked| blocked.is_none())),
             Err(pending) => LimiterFuture::new(async move { Ok(pending.await?.is_none()) }),
         }
@@ -383,21 +409,21 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
 
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
         let shared = &*self.shared;
-        let peek = shared.store.peek(&shared.key, shared.policy.load(), cost);
+        if let Err(error) = CostTooHigh::check(cost, shared.quota.load().capacity()) {
+            return LimiterFuture::ready(Err(error));
+        }
+        let look = shared.ask(move |store, key, quota| store.look(key, quota, cost));
         let denial = |blocked: Option<Instant>| blocked.map(Denial::until);
-        match peek.into_ready() {
+        match look.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(denial)),
             Err(pending) => LimiterFuture::new(async move { Ok(denial(pending.await?)) }),
         }
     }
 
-    /// The policy's limit and window, and where the window stands: one
-    /// [`RateLimiterStore::window_status`].
     fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
-        let shared = &*self.shared;
-        let status = shared
-            .store
-            .window_status(&shared.key, shared.policy.load());
+        let status = self
+            .shared
+            .ask(|store, key, quota| store.quota_status(key, quota));
         match status.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(Some)),
             Err(pending) => LimiterFuture::new(async move { pending.await.map(Some) }),
@@ -405,14 +431,9 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
     }
 
     fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        let shared = &*self.shared;
-        let policy = shared.policy.load();
-        shared
-            .store
-            .record_execution(&shared.key, policy, jitter(&policy))
+        self.shared.ask(|store, key, quota| store.take(key, quota))
     }
 
-    /// Starts are what a sliding window counts: a finished call changes nothing.
     fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         LimiterFuture::ready(Ok(()))
     }
@@ -421,46 +442,47 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
             let now = Instant::now();
-            let blocked = shared
-                .store
-                .peek(&shared.key, shared.policy.load(), 1)
-                .await?;
-            Ok(blocked.map_or(now, |at| at.max(now)))
+            let look = shared.ask(|store, key, quota| store.look(key, quota, 1));
+            Ok(look.await?.map_or(now, |at| at.max(now)))
         })
     }
 
     fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
-        self.shared.store.set_next_available(&self.shared.key, at)
+        self.shared
+            .ask(move |store, key, quota| store.pause(key, quota, at))
     }
 
     fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
         let shared = &*self.shared;
         LimiterFuture::new(async move {
-            shared.store.clear(&shared.key).await?;
+            shared
+                .ask(|store, key, quota| store.reset(key, quota))
+                .await?;
             shared.released.notify();
             Ok(())
         })
     }
 
-    /// Erases the permit's start from the window (and the backoff it set).
     fn refund(&self, permit: Permit) {
         if let (Some(ticket), cost) = permit.disarm() {
-            self.shared.adjust(Adjustment::Refund { ticket, cost });
+            self.shared.adjust(ticket, cost, 0);
         }
     }
 
-    /// Erases or adds starts at the permit's start time, up to the window's
-    /// limit.
     fn settle(&self, permit: &mut Permit, actual: u32) {
         let (Some(ticket), from) = (permit.token(), permit.cost()) else {
             return;
         };
-        let max = self.policy().max_executions();
-        let actual = actual.min(max);
+        let quota = self.quota();
+        let actual = actual.min(quota.capacity());
         if from != actual {
-            let to = actual;
-            self.shared.adjust(Adjustment::Settle { ticket, from, to });
-            permit.settled(actual, None);
+            match self.shared.adjust(ticket, from, actual) {
+                // A window's or a log's ticket (its window, its start)
+                // stands; a GCRA grant's (its slot's end) moved where the
+                // permit cannot learn it.
+                None if quota.kind().is_cells() => permit.settled_for_good(actual),
+                ticket => permit.settled(actual, ticket),
+            }
         }
     }
 
@@ -469,11 +491,11 @@ impl<S: RateLimiterStore> Limiter for RateLimiter<S> {
     }
 }
 
-impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
+impl<S: QuotaStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
             .field("name", &self.shared.name)
-            .field("policy", &self.policy())
+            .field("quota", &self.quota())
             .field("store", &self.shared.store)
             .finish()
     }
@@ -495,7 +517,7 @@ impl<S: RateLimiterStore + fmt::Debug> fmt::Debug for RateLimiter<S> {
 ///     .initial_backoff(Duration::from_millis(500))
 ///     .max_backoff(Duration::from_secs(30))
 ///     .build()?;
-/// let backoff = limiter.policy().backoff().copied();
+/// let backoff = limiter.quota().backoff();
 /// assert_eq!(backoff.map(|b| b.initial()), Some(Duration::from_millis(500)));
 /// assert_eq!(backoff.map(|b| b.multiplier()), Some(2.0)); // the default
 /// # Ok(())
@@ -530,14 +552,14 @@ impl RateLimiterBuilder<MemoryStore> {
     }
 }
 
-impl<S: RateLimiterStore> RateLimiterBuilder<S> {
+impl<S: QuotaStore> RateLimiterBuilder<S> {
     /// Keeps the window in `store` instead of a fresh [`MemoryStore`].
     ///
     /// Limiters with the same name on the same store share one window.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::store::{MemoryStore, RateLimiterStore};
+    /// use tower_limits::store::{MemoryStore, QuotaStore};
     /// use tower_limits::{Limiter, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -549,12 +571,12 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// limiter.record_start().await?;
     ///
     /// // The start is in the store handed to the builder.
-    /// let key = store.key("emails");
-    /// assert_eq!(store.execution_count(&key, Duration::from_secs(60)).await?, 1);
+    /// let key = store.quota_key("emails");
+    /// assert_eq!(store.quota_status(&key, &limiter.quota()).await?.remaining(), 9);
     /// # Ok(())
     /// # }
     /// ```
-    pub fn store<T: RateLimiterStore>(self, store: T) -> RateLimiterBuilder<T> {
+    pub fn store<T: QuotaStore>(self, store: T) -> RateLimiterBuilder<T> {
         RateLimiterBuilder {
             name: self.name,
             store,
@@ -579,7 +601,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
     ///     .initial_backoff(Duration::from_secs(5))
     ///     .build()?;
-    /// let initial = limiter.policy().backoff().map(|backoff| backoff.initial());
+    /// let initial = limiter.quota().backoff().map(|backoff| backoff.initial());
     /// assert_eq!(initial, Some(Duration::from_secs(5)));
     ///
     /// let error = RateLimiter::builder("api", 10, Duration::from_secs(1))
@@ -605,7 +627,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
     ///     .backoff_multiplier(1.5)
     ///     .build()?;
-    /// let multiplier = limiter.policy().backoff().map(|backoff| backoff.multiplier());
+    /// let multiplier = limiter.quota().backoff().map(|backoff| backoff.multiplier());
     /// assert_eq!(multiplier, Some(1.5));
     ///
     /// // A multiplier below 1 would shrink the backoff.
@@ -632,7 +654,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// let limiter = RateLimiter::builder("api", 10, Duration::from_secs(1))
     ///     .max_backoff(Duration::from_secs(30))
     ///     .build()?;
-    /// let max = limiter.policy().backoff().map(|backoff| backoff.max());
+    /// let max = limiter.quota().backoff().map(|backoff| backoff.max());
     /// assert_eq!(max, Some(Duration::from_secs(30)));
     ///
     /// // The cap may not be below the initial delay (1 s by default).
@@ -661,7 +683,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// let limiter = RateLimiter::builder("api", 1, Duration::from_secs(1))
     ///     .without_backoff()
     ///     .build()?;
-    /// assert!(limiter.policy().backoff().is_none());
+    /// assert!(limiter.quota().backoff().is_none());
     ///
     /// let start = Instant::now();
     /// for _ in 0..3 {
@@ -678,7 +700,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     }
 
     fn backoff_mut(&mut self) -> &mut Backoff {
-        self.backoff.get_or_insert(DEFAULT_BACKOFF)
+        self.backoff.get_or_insert(Backoff::SEED)
     }
 
     /// Validates the configuration and builds the limiter.
@@ -695,7 +717,7 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let limiter = RateLimiter::builder("api", 5, Duration::from_secs(1)).build()?;
-    /// assert_eq!(limiter.policy().max_executions(), 5);
+    /// assert_eq!(limiter.quota().capacity(), 5);
     ///
     /// let error = RateLimiter::builder("api", 0, Duration::from_secs(1)).build().unwrap_err();
     /// assert_eq!(error.field(), "max_executions");
@@ -705,50 +727,8 @@ impl<S: RateLimiterStore> RateLimiterBuilder<S> {
     /// # }
     /// ```
     pub fn build(self) -> Result<RateLimiter<S>, ConfigError> {
-        let policy = WindowPolicy {
-            max_executions: self.max_executions,
-            window: self.window,
-            backoff: self.backoff,
-        };
-        validate(&policy)?;
-        let key = self.store.key(&self.name);
-        Ok(RateLimiter {
-            shared: Arc::new(RateShared {
-                name: self.name,
-                released: ReleaseEvent::new(),
-                store: self.store,
-                key,
-                policy: PolicyCell::new(policy),
-            }),
-        })
+        let quota = Quota::sliding_log(self.max_executions, self.window)?;
+        let quota = quota.with_backoff(self.backoff)?;
+        Ok(RateLimiter::new(self.store, self.name, quota))
     }
-}
-
-fn validate(policy: &WindowPolicy) -> Result<(), ConfigError> {
-    crate::algorithms::windows::validate(policy.max_executions, policy.window)?;
-    let Some(backoff) = &policy.backoff else {
-        return Ok(());
-    };
-    if backoff.initial.is_zero() {
-        return Err(ConfigError::new(
-            "initial_backoff",
-            backoff.initial,
-            "must be longer than zero (use `without_backoff` for none)",
-        ));
-    }
-    if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
-        return Err(ConfigError::new(
-            "backoff_multiplier",
-            backoff.multiplier,
-            "must be a finite number of at least 1",
-        ));
-    }
-    if backoff.max < backoff.initial {
-        return Err(ConfigError::new(
-            "max_backoff",
-            backoff.max,
-            "must be at least `initial_backoff`",
-        ));
-    }
-    Ok(())
 }
