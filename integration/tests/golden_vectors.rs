@@ -601,7 +601,8 @@ async fn replay(
                     _ => return Err(format!("acquire answered {reply:?}").into()),
                 }
             }
-            Op::Peek(cost) if cost > capacity && !sliding_log => Outcome::CostTooHigh,
+            // What a call of that cost would get: refused, on every quota.
+            Op::Peek(cost) if cost > capacity => Outcome::CostTooHigh,
             Op::Peek(cost) => {
                 let reply = backend.run(now, Call::Peek(cost)).await?;
                 match reply_at(&reply, 0)? {

@@ -103,13 +103,17 @@ fn granted(decision: WindowDecision) {
     );
 }
 
-/// Writes the quota (a fixed window; every quota, the sliding log too,
-/// uses the same two keys) and the leases of the limit `name`; the Redis
-/// keys of the limit.
+/// The quota of [`write_limit`]: a sliding log, whose first start writes
+/// both of a quota's keys (every quota uses the same two).
+fn log() -> Quota {
+    Quota::sliding_log(10, Duration::from_secs(60)).unwrap()
+}
+
+/// Writes the quota and the leases of the limit `name`; the Redis keys of
+/// the limit.
 async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
     let quota_key = store.quota_key(name);
-    let quota = Quota::fixed_window(10, Duration::from_secs(60)).unwrap();
-    granted(store.decide(&quota_key, &quota, 1).await.unwrap());
+    granted(store.decide(&quota_key, &log(), 1).await.unwrap());
     let leases = store.lease_key(name);
     granted(
         store
@@ -195,7 +199,7 @@ async fn scripts_flushed_from_each_node_are_loaded_again() {
         return;
     };
     let names = limits_on_every_node(&store, &nodes, 1).await;
-    let quota = Quota::fixed_window(10, Duration::from_secs(60)).unwrap();
+    let quota = log();
     for (index, on_node) in names.iter().enumerate() {
         let flushed: String = nodes
             .query(index, redis::cmd("SCRIPT").arg("FLUSH"))
