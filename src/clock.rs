@@ -333,7 +333,7 @@ impl Clock {
 /// that tick to a whole millisecond).
 ///
 /// [`GcraLimiter`](crate::GcraLimiter),
-/// [`TokenBucketLimiter`](crate::TokenBucketLimiter),
+/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket),
 /// [`EvenlySpacedRateLimiter`](crate::EvenlySpacedRateLimiter) and
 /// [`LeakyBucketLimiter`](crate::LeakyBucketLimiter) pace calls one slot
 /// after another. A call that starts after the slot it was due (a waiter

@@ -13,8 +13,7 @@
 //! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: by default fewer than `max` calls started in the sliding window, backing off with jitter once it fills; or GCRA, a token bucket, a fixed or sliding window counter; in memory, or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start (cost × that, after a costly call), whatever the number of callers and the call duration |
-//! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell) |
-//! | [`TokenBucketLimiter`] | the bucket holds enough tokens; it refills at a steady rate up to its capacity |
+//! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell); as [`GcraLimiter::token_bucket`], the bucket holds enough tokens (the same algorithm: it refills at a steady rate up to its capacity) |
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
@@ -65,7 +64,7 @@
 //!
 //! - **An API says "N requests per second/minute"**: [`GcraLimiter`] (exact
 //!   pacing; its pacing tolerance keeps late timer wake-ups from costing the
-//!   rate), or [`TokenBucketLimiter`] if the API states a bucket size; a
+//!   rate), [`GcraLimiter::token_bucket`] if the API states a bucket size; a
 //!   [`RateLimiter`] if you want the exact sliding log of starts.
 //! - **You do not know the limit, or it changes**: [`AdaptiveRateLimiter`]
 //!   with `http::FeedbackLayer::adaptive` (feature `http`).
@@ -182,7 +181,7 @@ pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
     GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter,
-    OutagePolicy, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    OutagePolicy, RateLimiter, SlidingWindowCounterLimiter,
 };
 pub use quota_status::QuotaStatus;
 pub use rate::Rate;

@@ -78,11 +78,11 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Limiter, TokenBucketLimiter};
+    /// use tower_limits::{Limiter, GcraLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let bucket = TokenBucketLimiter::new(100, 10, Duration::from_secs(1))?;
+    /// let bucket = GcraLimiter::token_bucket(100, 10, Duration::from_secs(1))?;
     /// assert_eq!(bucket.quota_status().await?.map(|s| s.limit()), Some(100));
     /// # Ok(())
     /// # }
@@ -96,12 +96,12 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Limiter, TokenBucketLimiter};
+    /// use tower_limits::{Limiter, GcraLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 100 tokens, 10 a second: empty to full in 10 s.
-    /// let bucket = TokenBucketLimiter::new(100, 10, Duration::from_secs(1))?;
+    /// let bucket = GcraLimiter::token_bucket(100, 10, Duration::from_secs(1))?;
     /// let window = bucket.quota_status().await?.map(|s| s.window());
     /// assert_eq!(window, Some(Duration::from_secs(10)));
     /// # Ok(())

@@ -44,7 +44,7 @@ use tower_limits::limiter::Admission;
 use tower_limits::store::MemoryStore;
 use tower_limits::{
     ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter,
-    LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter,
 };
 
 /// A concurrency no benchmark run can exhaust.
@@ -76,9 +76,9 @@ fn gcra_default() -> GcraLimiter {
         .expect("valid configuration")
 }
 
-fn token_bucket(clock: Clock) -> TokenBucketLimiter {
+fn token_bucket(clock: Clock) -> GcraLimiter {
     let per_second = CELLS_PER_SECOND;
-    TokenBucketLimiter::new(CELLS_PER_SECOND, per_second, Duration::from_secs(1))
+    GcraLimiter::token_bucket(CELLS_PER_SECOND, per_second, Duration::from_secs(1))
         .expect("valid configuration")
         .with_clock(clock)
 }

@@ -25,7 +25,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tower_limits::error::ConfigError;
 use tower_limits::{
     EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, LeakyBucketLimiter, Limiter,
-    LimiterExt, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    LimiterExt, RateLimiter, SlidingWindowCounterLimiter,
 };
 
 /// How long the picture runs.
@@ -66,7 +66,7 @@ fn limiters() -> Vec<(&'static str, Make)> {
     const SECOND: Duration = Duration::from_secs(1);
     vec![
         ("Token bucket (capacity 10)", || {
-            Ok(Arc::new(TokenBucketLimiter::new(10, 10, SECOND)?))
+            Ok(Arc::new(GcraLimiter::token_bucket(10, 10, SECOND)?))
         }),
         ("GCRA (burst 3)", || {
             Ok(Arc::new(GcraLimiter::new(10, SECOND)?.with_burst(3)?))

@@ -27,7 +27,7 @@ use tower_limits::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
-    SlidingWindowCounterLimiter, TokenBucketLimiter,
+    SlidingWindowCounterLimiter,
 };
 
 #[global_allocator]
@@ -266,8 +266,8 @@ impl Make {
                 |l: &GcraLimiter, n, d, b| l.set_limit(n, d, b),
             ),
             Make::TokenBucket(capacity, refill, period) => Subject::new(
-                TokenBucketLimiter::new(capacity, refill, period)?,
-                |l: &TokenBucketLimiter, n, d, b| l.set_limit(b, n, d),
+                GcraLimiter::token_bucket(capacity, refill, period)?,
+                |l: &GcraLimiter, n, d, b| l.set_limit(n, d, b),
             ),
             Make::LeakyBucket(count, period, queue) => {
                 Subject::fixed(LeakyBucketLimiter::new(count, period, queue)?)
@@ -368,7 +368,7 @@ fn from_rate(rate: Rate, which: u8) -> Result<Subject, ConfigError> {
         0 => Subject::fixed(RateLimiter::from_rate("arbitrary", rate).build()?),
         1 => Subject::fixed(EvenlySpacedRateLimiter::from_rate(rate)?),
         2 => Subject::fixed(GcraLimiter::from_rate(rate)?),
-        3 => Subject::fixed(TokenBucketLimiter::from_rate(u32::from(which), rate)?),
+        3 => Subject::fixed(GcraLimiter::from_rate(rate)?.with_burst(u32::from(which))?),
         4 => Subject::fixed(LeakyBucketLimiter::from_rate(rate, u32::from(which))?),
         5 => Subject::fixed(FixedWindowLimiter::from_rate(rate)?),
         _ => Subject::fixed(SlidingWindowCounterLimiter::from_rate(rate)?),

@@ -1,4 +1,4 @@
-//! `GcraLimiter` and `TokenBucketLimiter`: redis-cell's numbers, bursts and
+//! `GcraLimiter` and `GcraLimiter`: redis-cell's numbers, bursts and
 //! refill, costs, refunds, pauses, precision at high rates, the conformance
 //! bound as a property, and 1,000 concurrent callers on real time.
 
@@ -18,7 +18,7 @@ use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::error::{BoxError, ConfigError, CostTooHigh, LimiterError, Rejected};
 use tower_limits::limiter::{Admission, Denial};
 use tower_limits::limiters::GcraState;
-use tower_limits::{GcraLimiter, LimitLayer, Limiter, LimiterExt, Permit, TokenBucketLimiter};
+use tower_limits::{GcraLimiter, LimitLayer, Limiter, LimiterExt, Permit};
 
 // ---------------------------------------------------------------- helpers
 
@@ -28,8 +28,8 @@ fn gcra(count: u32, period: Duration, burst: u32) -> GcraLimiter {
         .expect("valid configuration")
 }
 
-fn bucket(capacity: u32, refill: u32, period: Duration) -> TokenBucketLimiter {
-    TokenBucketLimiter::new(capacity, refill, period).expect("valid configuration")
+fn bucket(capacity: u32, refill: u32, period: Duration) -> GcraLimiter {
+    GcraLimiter::token_bucket(capacity, refill, period).expect("valid configuration")
 }
 
 /// One atomic decision for a call costing `cost`: the permit or the denial.
@@ -440,15 +440,15 @@ fn configuration_errors_name_the_field() {
         .with_burst(101);
     assert_eq!(field(overflow), "burst");
 
-    let field = |result: Result<TokenBucketLimiter, ConfigError>| result.unwrap_err().field();
-    assert_eq!(field(TokenBucketLimiter::new(0, 1, secs(1))), "capacity");
-    assert_eq!(field(TokenBucketLimiter::new(1, 0, secs(1))), "refill");
+    let field = |result: Result<GcraLimiter, ConfigError>| result.unwrap_err().field();
+    assert_eq!(field(GcraLimiter::token_bucket(0, 1, secs(1))), "capacity");
+    assert_eq!(field(GcraLimiter::token_bucket(1, 0, secs(1))), "refill");
     assert_eq!(
-        field(TokenBucketLimiter::new(1, 1, Duration::ZERO)),
+        field(GcraLimiter::token_bucket(1, 1, Duration::ZERO)),
         "period"
     );
     assert_eq!(
-        field(TokenBucketLimiter::new(u32::MAX, 1, secs(1))),
+        field(GcraLimiter::token_bucket(u32::MAX, 1, secs(1))),
         "capacity"
     );
 }
@@ -460,11 +460,14 @@ fn clones_share_state_and_debug_shows_the_configuration() {
     assert_eq!(limiter.tokens(), 1);
     let debug = format!("{limiter:?}");
     assert!(
-        debug.contains("capacity: 3") && debug.contains("tokens: 1"),
+        debug.contains("burst: 3") && debug.contains("tokens: 1"),
         "{debug}"
     );
     let debug = format!("{:?}", gcra(10, secs(1), 2));
-    assert_eq!(debug, "GcraLimiter { interval: 100ms, burst: 2 }");
+    assert_eq!(
+        debug,
+        "GcraLimiter { interval: 100ms, burst: 2, tokens: 2 }"
+    );
 }
 
 // ---------------------------------------------------------------- layers
@@ -668,5 +671,5 @@ async fn gcra_and_token_bucket_hold_for_1000_concurrent_callers() {
 
     let limiter = bucket(50, 5_000, secs(1));
     let spans = spans_of_callers(limiter.clone()).await;
-    assert_conforms(&spans, 50, limiter.refill_interval(), window);
+    assert_conforms(&spans, 50, limiter.interval(), window);
 }

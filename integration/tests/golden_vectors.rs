@@ -83,7 +83,6 @@ use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota, SqliteStore};
 use tower_limits::{
     FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -136,7 +135,7 @@ impl XorShift {
 enum Algorithm {
     /// `GcraLimiter::new(count, period).with_burst(burst)`; `cells.lua`/`.sql`.
     Gcra,
-    /// `TokenBucketLimiter::new(burst, count, period)`: capacity `burst`,
+    /// `GcraLimiter::token_bucket(burst, count, period)`: capacity `burst`,
     /// `count` tokens per `period`; the same cells script.
     TokenBucket,
     /// `FixedWindowLimiter::new(count, period)`.
@@ -189,9 +188,9 @@ impl Config {
                 .unwrap()
                 .interval(),
             Algorithm::TokenBucket => {
-                TokenBucketLimiter::new(self.burst, self.count, self.period())
+                GcraLimiter::token_bucket(self.burst, self.count, self.period())
                     .unwrap()
-                    .refill_interval()
+                    .interval()
             }
             _ => unreachable!("only GCRA and the token bucket have an interval"),
         }

@@ -23,8 +23,7 @@ use tower_limits::http::{
 };
 use tower_limits::limiter::{Admission, Denial, LimiterFuture};
 use tower_limits::{
-    ConcurrencyLimiter, KeyedLimiter, LimitLayer, Limiter, QuotaStatus, RateLimiter,
-    TokenBucketLimiter,
+    ConcurrencyLimiter, GcraLimiter, KeyedLimiter, LimitLayer, Limiter, QuotaStatus, RateLimiter,
 };
 
 fn per_peer_rate(max: u32, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
@@ -364,9 +363,9 @@ async fn grpc_requests_get_resource_exhausted() {
 /// A layer whose requests cost their `x-cost` header (1 without it), over
 /// a token bucket of 10 per peer refilled at 10 a second, advertised as
 /// the policy "tokens".
-fn costed() -> TooManyRequestsLayer<IpAddr, TokenBucketLimiter> {
+fn costed() -> TooManyRequestsLayer<IpAddr, GcraLimiter> {
     let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
-        TokenBucketLimiter::new(10, 10, Duration::from_secs(1)).expect("valid configuration")
+        GcraLimiter::token_bucket(10, 10, Duration::from_secs(1)).expect("valid configuration")
     })
     .build()
     .expect("valid configuration");

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower_limits::limiter::Admission;
 use tower_limits::limiters::FreshLimiter;
-use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit, TokenBucketLimiter};
+use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -178,7 +178,7 @@ proptest! {
     /// The token bucket keeps its state inline the same way.
     #[test]
     fn inline_token_bucket_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
-        let template = TokenBucketLimiter::new(2, 1, Duration::from_millis(400))
+        let template = GcraLimiter::token_bucket(2, 1, Duration::from_millis(400))
             .unwrap()
             .with_clock(tower_limits::clock::Clock::tokio());
         replay(template, ops);

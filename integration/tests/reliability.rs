@@ -16,7 +16,7 @@ use tower_limits::store::{MAX_LEASES, MemoryStore, Quota, StoreError, StoreError
 use tower_limits::{
     ConcurrencyLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter, GcraLimiter,
     KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt, OutagePolicy,
-    Permit, Rate, RateLimiter, TokenBucketLimiter,
+    Permit, Rate, RateLimiter,
 };
 
 use common::{ms, secs};
@@ -223,7 +223,7 @@ impl Limiter for DownStore {
 /// refunding it gives back) the fallback's units.
 #[tokio::test(start_paused = true)]
 async fn failover_settles_and_refunds_fallback_grants_on_the_fallback() {
-    let local = TokenBucketLimiter::new(10, 10, secs(1)).unwrap();
+    let local = GcraLimiter::token_bucket(10, 10, secs(1)).unwrap();
     let limiter = Failover::new(DownStore, OutagePolicy::Fallback(local.clone()));
     let mut permit = granted(limiter.try_acquire().await.unwrap());
     assert_eq!(local.tokens(), 9);

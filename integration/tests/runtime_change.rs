@@ -141,8 +141,8 @@ async fn a_new_delay_applies_from_the_next_start() {
 }
 
 mod gcra_and_token_bucket {
+    use tower_limits::GcraLimiter;
     use tower_limits::error::CostTooHigh;
-    use tower_limits::{GcraLimiter, TokenBucketLimiter};
 
     use super::*;
     use crate::common::ms;
@@ -181,9 +181,9 @@ mod gcra_and_token_bucket {
 
     #[tokio::test(start_paused = true)]
     async fn a_smaller_bucket_keeps_the_tokens_it_is_missing() {
-        let bucket = TokenBucketLimiter::new(10, 10, secs(1)).unwrap();
+        let bucket = GcraLimiter::token_bucket(10, 10, secs(1)).unwrap();
         let _batch = bucket.try_acquire_many(7).await.unwrap();
-        bucket.set_limit(8, 10, secs(1)).unwrap();
+        bucket.set_limit(10, secs(1), 8).unwrap(); // 10 a second, 8 at once
         // 7 missing of 8: one left, and 7 more over 700 ms.
         assert_eq!(bucket.tokens(), 1);
         tokio::time::advance(ms(700)).await;
@@ -199,11 +199,11 @@ mod gcra_and_token_bucket {
         let error = limiter.set_limit(10, Duration::ZERO, 1).unwrap_err();
         assert_eq!(error.field(), "period");
         assert_eq!(limiter.interval(), ms(100));
-        let bucket = TokenBucketLimiter::new(4, 1, secs(1)).unwrap();
+        let bucket = GcraLimiter::token_bucket(4, 1, secs(1)).unwrap();
         assert_eq!(
-            bucket.set_limit(0, 1, secs(1)).unwrap_err().field(),
-            "capacity"
+            bucket.set_limit(1, secs(1), 0).unwrap_err().field(),
+            "burst"
         );
-        assert_eq!(bucket.capacity(), 4);
+        assert_eq!(bucket.burst(), 4);
     }
 }

@@ -1,5 +1,5 @@
 //! The Generic Cell Rate Algorithm behind [`GcraLimiter`](crate::GcraLimiter),
-//! [`TokenBucketLimiter`](crate::TokenBucketLimiter) (the stores run it on a
+//! [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket) (the stores run it on a
 //! line of slots: [`slots`](super::slots)).
 //!
 //! A token bucket of capacity `B` refilled one token every `T` and GCRA with

@@ -220,12 +220,12 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
-    /// use tower_limits::{KeyedLimiter, TokenBucketLimiter};
+    /// use tower_limits::{KeyedLimiter, GcraLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 100 items a minute per client, up to 100 at once.
-    /// let per_peer = KeyedLimiter::of(TokenBucketLimiter::new(100, 100, Duration::from_secs(60))?)
+    /// let per_peer = KeyedLimiter::of(GcraLimiter::token_bucket(100, 100, Duration::from_secs(60))?)
     ///     .build()?;
     /// // A batch request declares its size in `x-batch-size`.
     /// let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {

@@ -43,7 +43,6 @@ pub use stored::{
 pub use strategies::{
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
     GcraState, InlineState, LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
-    TokenBucketLimiter,
 };
 
 /// The pacing tolerance on each pacer, on paused time: a late start keeps
@@ -107,7 +106,7 @@ mod pacing_tests {
 
     #[tokio::test(start_paused = true)]
     async fn token_bucket_keeps_a_late_slot() {
-        let limiter = TokenBucketLimiter::new(1, 1_000, SECOND).unwrap();
+        let limiter = GcraLimiter::token_bucket(1, 1_000, SECOND).unwrap();
         paces(|| take(&limiter)).await;
     }
 

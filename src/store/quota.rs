@@ -88,7 +88,7 @@ impl Quota {
     }
 
     /// A token bucket holding up to `capacity` tokens, refilled with
-    /// `refill` tokens per `period`. As [`TokenBucketLimiter::new`](crate::TokenBucketLimiter::new).
+    /// `refill` tokens per `period`. As [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket).
     ///
     /// ```
     /// use std::time::Duration;

@@ -14,7 +14,7 @@ use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover,
     FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
-    Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter,
+    Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter,
 };
 
 use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};
@@ -206,7 +206,7 @@ pub(crate) const EVENLY_SPACED: Case = Case::new(
 pub(crate) const GCRA: Case = Case::new(|| Arc::new(gcra(5)), cell_bounds!(5));
 
 pub(crate) const TOKEN_BUCKET: Case = Case::new(
-    || Arc::new(TokenBucketLimiter::new(5, MAX as u32, WINDOW).unwrap()),
+    || Arc::new(GcraLimiter::token_bucket(5, MAX as u32, WINDOW).unwrap()),
     cell_bounds!(5),
 );
 

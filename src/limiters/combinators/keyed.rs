@@ -48,7 +48,7 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 ///
 /// Made [`of`](KeyedLimiter::of) a template whose state is one number
 /// ([`GcraLimiter`](crate::GcraLimiter),
-/// [`TokenBucketLimiter`](crate::TokenBucketLimiter)), the keyed limiter
+/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket)), the keyed limiter
 /// keeps that number beside each key (16 bytes a `u64` key) rather than a
 /// limiter per key; see [`InlineState`]. Such a key's idleness is read from
 /// its state, on its limiter's clock: it is idle once the instant at which
@@ -254,7 +254,7 @@ where
     ///
     /// Where the template has an [inline form](FreshLimiter::inline_state)
     /// ([`GcraLimiter`](crate::GcraLimiter),
-    /// [`TokenBucketLimiter`](crate::TokenBucketLimiter)), a key's state is
+    /// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket)), a key's state is
     /// kept beside the key in the map, and a decision on it takes no
     /// allocation and no pointer chase: the same decisions, faster (see
     /// [`InlineState`]).

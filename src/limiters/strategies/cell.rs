@@ -1,5 +1,5 @@
 //! The in-memory state of [`GcraLimiter`](crate::GcraLimiter) and
-//! [`TokenBucketLimiter`](crate::TokenBucketLimiter): one atomic TAT and one
+//! [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket): one atomic TAT and one
 //! atomic pause, decided on by [`judge_late`]: GCRA's test, a late caller
 //! taking its cells from at most
 //! [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) back (see
@@ -383,7 +383,7 @@ impl Cells {
 /// How a [`KeyedLimiter`](crate::KeyedLimiter) keeps a key's state in its
 /// own map, as a plain number beside the key, while nothing else needs the
 /// key's limiter: the form of [`GcraLimiter`](crate::GcraLimiter) and
-/// [`TokenBucketLimiter`](crate::TokenBucketLimiter), whose state is one
+/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket), whose state is one
 /// number (the TAT) and whose configuration every key shares. Got from
 /// [`FreshLimiter::inline_state`](crate::limiters::FreshLimiter::inline_state); only
 /// this crate's limiters make one.
@@ -540,123 +540,3 @@ fn grant(tat: u64, cost: u32) -> Permit {
         permit.with_cost(cost)
     }
 }
-
-/// Implements [`Limiter`](crate::Limiter) for a handle with a
-/// `cells: Arc<Cells>` field: the same seven operations for every limiter
-/// built on [`Cells`].
-macro_rules! impl_limiter_for_cells {
-    ($limiter:ty) => {
-        impl $crate::limiter::Limiter for $limiter {
-            /// One CAS, taking one cell.
-            #[inline]
-            fn try_acquire(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<
-                '_,
-                Result<$crate::limiter::Admission, $crate::error::LimiterError>,
-            > {
-                self.try_acquire_many(1)
-            }
-
-            /// One CAS: a call costing `cost` takes `cost` cells.
-            #[inline]
-            fn try_acquire_many(
-                &self,
-                cost: u32,
-            ) -> $crate::limiter::LimiterFuture<
-                '_,
-                Result<$crate::limiter::Admission, $crate::error::LimiterError>,
-            > {
-                $crate::limiter::LimiterFuture::ready(self.cells.admit(cost))
-            }
-
-            fn can_proceed(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<'_, Result<bool, $crate::error::LimiterError>> {
-                $crate::limiter::LimiterFuture::ready(Ok(self.cells.can_proceed()))
-            }
-
-            fn peek(
-                &self,
-                cost: u32,
-            ) -> $crate::limiter::LimiterFuture<
-                '_,
-                Result<Option<$crate::limiter::Denial>, $crate::error::LimiterError>,
-            > {
-                $crate::limiter::LimiterFuture::ready(self.cells.peek(cost))
-            }
-
-            /// The burst, refilled from empty in burst × interval; the cells
-            /// that could go now, and when more could.
-            fn quota_status(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<
-                '_,
-                Result<Option<$crate::quota_status::QuotaStatus>, $crate::error::LimiterError>,
-            > {
-                $crate::limiter::LimiterFuture::ready(Ok(Some(self.cells.quota_status())))
-            }
-
-            /// Takes one cell even if it does not conform.
-            fn record_start(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
-                self.cells.take_one();
-                $crate::limiter::LimiterFuture::ready(Ok(()))
-            }
-
-            /// Nothing to do: only starts count.
-            fn record_completion(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
-                $crate::limiter::LimiterFuture::ready(Ok(()))
-            }
-
-            fn next_available_time(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<
-                '_,
-                Result<tokio::time::Instant, $crate::error::LimiterError>,
-            > {
-                $crate::limiter::LimiterFuture::ready(Ok(self.cells.next_available()))
-            }
-
-            /// A pause: nothing starts before `at`. It never shortens a wait
-            /// and leaves the cells as they are.
-            fn set_next_available_time(
-                &self,
-                at: tokio::time::Instant,
-            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
-                self.cells.pause_until(at);
-                $crate::limiter::LimiterFuture::ready(Ok(()))
-            }
-
-            /// Back to a full burst, with no pause.
-            fn clear(
-                &self,
-            ) -> $crate::limiter::LimiterFuture<'_, Result<(), $crate::error::LimiterError>> {
-                self.cells.clear();
-                $crate::limiter::LimiterFuture::ready(Ok(()))
-            }
-
-            /// Gives the cells back if nothing was granted, recorded or
-            /// cleared since the permit's grant; otherwise they stay spent.
-            fn refund(&self, permit: $crate::limiter::Permit) {
-                self.cells.refund(permit);
-            }
-
-            /// A lower cost gives cells back on the rules of `refund`; a
-            /// higher one (at most the burst) takes the extra cells, past the
-            /// burst if need be.
-            fn settle(&self, permit: &mut $crate::limiter::Permit, actual: u32) {
-                self.cells.settle(permit, actual);
-            }
-
-            fn is_in_use(&self) -> bool {
-                std::sync::Arc::strong_count(&self.cells) > 1
-            }
-        }
-    };
-}
-
-pub(super) use impl_limiter_for_cells;

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{Cells, InlineState, Outcome, impl_limiter_for_cells};
+use super::cell::{Cells, InlineState, Outcome};
 use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
-use crate::limiter::Admission;
+use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
 
 /// `count` calls per `period`, evenly paced, with at most `burst` at once:
@@ -43,10 +44,15 @@ use crate::rate::Rate;
 /// * **Numbers for `RateLimit` headers.** [`peek_state`](Self::peek_state)
 ///   and [`try_acquire_with_state`](Self::try_acquire_with_state) report a
 ///   [`GcraState`] with the five values of redis-cell's `CL.THROTTLE` reply.
-/// * Prefer [`TokenBucketLimiter`](crate::TokenBucketLimiter) if you think in
-///   "a bucket of `capacity` tokens, refilled at `rate`": it is the same
-///   algorithm, configured and reported as a bucket. Prefer
-///   [`RateLimiter`](crate::RateLimiter) for a limit shared through a store.
+/// * **A token bucket.** [`token_bucket`](Self::token_bucket) configures the
+///   same algorithm as "a bucket of `capacity` tokens, refilled with
+///   `refill` per `period`", how most rate-limited APIs state their
+///   contract ("`R` per second on average, bursts of up to `B`"), and
+///   [`tokens`](Self::tokens) reads the bucket. A token bucket *is* GCRA
+///   with a burst of `capacity`: the TAT is the instant the bucket will be
+///   full again.
+/// * Prefer [`RateLimiter`](crate::RateLimiter) for a limit shared through
+///   a store.
 ///
 /// # Precision
 ///
@@ -74,6 +80,8 @@ use crate::rate::Rate;
 /// # Ok(())
 /// # }
 /// ```
+#[doc(alias = "TokenBucketLimiter")]
+#[doc(alias = "token bucket")]
 #[derive(Clone)]
 pub struct GcraLimiter {
     cells: Arc<Cells>,
@@ -121,6 +129,64 @@ impl GcraLimiter {
     /// ```
     pub fn new(count: u32, period: Duration) -> Result<Self, ConfigError> {
         let config = CellConfig::new(Names::GCRA, u64::from(count), period, 1)?;
+        Ok(Self {
+            cells: Cells::shared(config, Clock::default()),
+        })
+    }
+
+    /// A token bucket: full at first with `capacity` tokens, refilled with
+    /// `refill` tokens per `period`; a call costing `n` takes `n` tokens, or
+    /// waits until the bucket holds them. The same algorithm as
+    /// [`new`](GcraLimiter::new) with [`with_burst(capacity)`](GcraLimiter::with_burst),
+    /// validated and reported with the bucket's names.
+    ///
+    /// The bucket refills continuously, one token every `period / refill`
+    /// (not `refill` at once at the end of each period), and lazily:
+    /// nothing runs in the background. An idle period banks tokens up to the
+    /// capacity, never more, so a surge after a lull can spend them at once.
+    /// As for every GCRA here, a late caller may take tokens refilled up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
+    /// it came: at most `capacity + ⌊(t + τ) / interval⌋` tokens in any
+    /// span `t`. For batches, ask for all the tokens in one decision with
+    /// [`try_acquire_many`](crate::Limiter::try_acquire_many).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field if `capacity` or `refill` is 0,
+    /// `period` is zero, `refill` exceeds one token per nanosecond of
+    /// `period`, or refilling the whole bucket would take over 100 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::{GcraLimiter, LimiterExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Bursts of 5, 2 tokens a second on average.
+    /// let bucket = GcraLimiter::token_bucket(5, 2, Duration::from_secs(1))?;
+    /// assert_eq!((bucket.burst(), bucket.interval()), (5, Duration::from_millis(500)));
+    /// let start = Instant::now();
+    /// for _ in 0..7 {
+    ///     drop(bucket.acquire().await?);
+    /// }
+    /// // Five at once, then one every 500 ms.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    ///
+    /// // Idle for a minute: the bucket fills up to 5, not 120.
+    /// tokio::time::advance(Duration::from_secs(60)).await;
+    /// assert_eq!(bucket.tokens(), 5);
+    ///
+    /// let error = GcraLimiter::token_bucket(0, 2, Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(error.field(), "capacity");
+    /// let error = GcraLimiter::token_bucket(5, 0, Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(error.field(), "refill");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[doc(alias = "TokenBucketLimiter")]
+    pub fn token_bucket(capacity: u32, refill: u32, period: Duration) -> Result<Self, ConfigError> {
+        let config = CellConfig::new(Names::TOKEN_BUCKET, u64::from(refill), period, capacity)?;
         Ok(Self {
             cells: Cells::shared(config, Clock::default()),
         })
@@ -281,6 +347,32 @@ impl GcraLimiter {
         self.cells.config().burst()
     }
 
+    /// The whole cells (a bucket's tokens) that could go now: up to the
+    /// burst.
+    ///
+    /// A pause set with
+    /// [`set_next_available_time`](crate::Limiter::set_next_available_time)
+    /// holds calls back without draining the bucket: the tokens are still
+    /// counted here, and spendable when the pause ends.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::{GcraLimiter, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = GcraLimiter::token_bucket(10, 1, Duration::from_secs(1))?;
+    /// drop(bucket.try_acquire_many(4).await?);
+    /// assert_eq!(bucket.tokens(), 6);
+    /// tokio::time::advance(Duration::from_millis(2500)).await;
+    /// assert_eq!(bucket.tokens(), 8); // two and a half came back
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tokens(&self) -> u32 {
+        self.cells.look(0).map_or(0, |outcome| outcome.available())
+    }
+
     /// What [`try_acquire_with_state`](Self::try_acquire_with_state) would
     /// answer for a call costing `cost`, without taking anything: redis-cell's
     /// `CL.THROTTLE` reply, as if the call were made now.
@@ -429,13 +521,85 @@ impl crate::limiters::FreshLimiter for GcraLimiter {
     }
 }
 
-impl_limiter_for_cells!(GcraLimiter);
+impl Limiter for GcraLimiter {
+    /// One CAS, taking one cell.
+    #[inline]
+    fn try_acquire(&self) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        self.try_acquire_many(1)
+    }
+
+    /// One CAS: a call costing `cost` takes `cost` cells.
+    #[inline]
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        LimiterFuture::ready(self.cells.admit(cost))
+    }
+
+    fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
+        LimiterFuture::ready(Ok(self.cells.can_proceed()))
+    }
+
+    fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
+        LimiterFuture::ready(self.cells.peek(cost))
+    }
+
+    /// The burst, refilled from empty in burst × interval; the cells
+    /// that could go now, and when more could.
+    fn quota_status(&self) -> LimiterFuture<'_, Result<Option<QuotaStatus>, LimiterError>> {
+        LimiterFuture::ready(Ok(Some(self.cells.quota_status())))
+    }
+
+    /// Takes one cell even if it does not conform.
+    fn record_start(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.cells.take_one();
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Nothing to do: only starts count.
+    fn record_completion(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        LimiterFuture::ready(Ok(()))
+    }
+
+    fn next_available_time(&self) -> LimiterFuture<'_, Result<Instant, LimiterError>> {
+        LimiterFuture::ready(Ok(self.cells.next_available()))
+    }
+
+    /// A pause: nothing starts before `at`. It never shortens a wait
+    /// and leaves the cells as they are.
+    fn set_next_available_time(&self, at: Instant) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.cells.pause_until(at);
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Back to a full burst, with no pause.
+    fn clear(&self) -> LimiterFuture<'_, Result<(), LimiterError>> {
+        self.cells.clear();
+        LimiterFuture::ready(Ok(()))
+    }
+
+    /// Gives the cells back if nothing was granted, recorded or
+    /// cleared since the permit's grant; otherwise they stay spent.
+    fn refund(&self, permit: Permit) {
+        self.cells.refund(permit);
+    }
+
+    /// A lower cost gives cells back on the rules of `refund`; a
+    /// higher one (at most the burst) takes the extra cells, past the
+    /// burst if need be.
+    fn settle(&self, permit: &mut Permit, actual: u32) {
+        self.cells.settle(permit, actual);
+    }
+
+    fn is_in_use(&self) -> bool {
+        std::sync::Arc::strong_count(&self.cells) > 1
+    }
+}
 
 impl fmt::Debug for GcraLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GcraLimiter")
             .field("interval", &self.interval())
             .field("burst", &self.burst())
+            .field("tokens", &self.tokens())
             .finish()
     }
 }

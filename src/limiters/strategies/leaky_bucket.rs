@@ -69,7 +69,7 @@ use crate::rate::Rate;
 /// * Excess demand should be turned away rather than queued without bound:
 ///   the queue capacity caps how long a caller can be told to wait
 ///   (`queue_capacity × interval`).
-/// * Prefer [`TokenBucketLimiter`](crate::TokenBucketLimiter) or
+/// * Prefer [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket) or
 ///   [`GcraLimiter`](crate::GcraLimiter) when short bursts are fine (most
 ///   APIs), and [`DelayLimiter`](crate::DelayLimiter) for a fixed gap with no
 ///   queue bound.

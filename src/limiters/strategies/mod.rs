@@ -10,7 +10,6 @@ mod gcra;
 mod leaky_bucket;
 mod null;
 mod sliding_window_counter;
-mod token_bucket;
 mod window;
 
 pub use cell::InlineState;
@@ -22,4 +21,3 @@ pub use gcra::{GcraLimiter, GcraState};
 pub use leaky_bucket::LeakyBucketLimiter;
 pub use null::NullLimiter;
 pub use sliding_window_counter::SlidingWindowCounterLimiter;
-pub use token_bucket::TokenBucketLimiter;
