@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::window::{WindowState, impl_limiter_for_windows};
+use super::window::{WindowBacked, WindowState};
 use crate::algorithms::fixed_window;
 use crate::algorithms::windows::Windows;
 use crate::clock::Clock;
@@ -77,7 +77,7 @@ pub struct FixedWindowLimiter {
     state: Arc<FixedState>,
 }
 
-struct FixedState {
+pub(crate) struct FixedState {
     windows: Windows,
     /// The low 32 bits of the current window's index, then its count.
     counter: AtomicU64,
@@ -419,7 +419,13 @@ impl crate::limiters::FreshLimiter for FixedWindowLimiter {
     }
 }
 
-impl_limiter_for_windows!(FixedWindowLimiter);
+impl WindowBacked for FixedWindowLimiter {
+    type State = FixedState;
+
+    fn state(&self) -> &Arc<FixedState> {
+        &self.state
+    }
+}
 
 impl fmt::Debug for FixedWindowLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

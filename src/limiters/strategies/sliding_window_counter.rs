@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::window::{WindowState, impl_limiter_for_windows};
+use super::window::{WindowBacked, WindowState};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::windows::Windows;
 use crate::clock::Clock;
@@ -100,7 +100,7 @@ pub struct SlidingWindowCounterLimiter {
     state: Arc<SlidingState>,
 }
 
-struct SlidingState {
+pub(crate) struct SlidingState {
     windows: Windows,
     guarded: Mutex<Guarded>,
     /// Fired when a refund or `clear` gives room back early.
@@ -333,7 +333,13 @@ impl crate::limiters::FreshLimiter for SlidingWindowCounterLimiter {
     }
 }
 
-impl_limiter_for_windows!(SlidingWindowCounterLimiter);
+impl WindowBacked for SlidingWindowCounterLimiter {
+    type State = SlidingState;
+
+    fn state(&self) -> &Arc<SlidingState> {
+        &self.state
+    }
+}
 
 impl fmt::Debug for SlidingWindowCounterLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
