@@ -371,7 +371,11 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    const JOBS: u32 = 60;
+    // Enough work to outlast a late kill and the TTL: at most 10 jobs a
+    // second go through 3 slots of 300 ms, and a run on a busy machine
+    // once found worker-0 running a job only at +5.8 s, leaving too few
+    // jobs after the TTL to fill the slots again (60 jobs then).
+    const JOBS: u32 = 120;
     const SLOTS: u32 = 3;
     const TTL: Duration = Duration::from_millis(1_500);
     let upstream = Upstream::serve(job_worker::RATE, Duration::from_millis(300), HashMap::new())
