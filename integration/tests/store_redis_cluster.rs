@@ -103,17 +103,19 @@ fn granted(decision: WindowDecision) {
     );
 }
 
-/// The quota of [`write_limit`]: a sliding log, whose first start writes
-/// both of a quota's keys (every quota uses the same two).
+/// A sliding log of 10 a minute.
 fn log() -> Quota {
     Quota::sliding_log(10, Duration::from_secs(60)).unwrap()
 }
 
-/// Writes the quota and the leases of the limit `name`; the Redis keys of
-/// the limit.
+/// Writes the sliding log, the quota and the leases of the limit `name`
+/// (a log and a fixed window under one name keep apart keys); all the
+/// Redis keys written.
 async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
     let quota_key = store.quota_key(name);
     granted(store.decide(&quota_key, &log(), 1).await.unwrap());
+    let window = Quota::fixed_window(10, Duration::from_secs(60)).unwrap();
+    granted(store.decide(&quota_key, &window, 1).await.unwrap());
     let leases = store.lease_key(name);
     granted(
         store
@@ -121,8 +123,11 @@ async fn write_limit(store: &RedisStore, name: &str) -> Vec<String> {
             .await
             .unwrap(),
     );
-    // The lease pause key is written only by a pause.
-    let mut keys: Vec<String> = quota_key.parts().into_iter().map(str::to_owned).collect();
+    // The keys a log writes (`log`, `state`), the window's hash (its gaps
+    // are written only by a GCRA refund inside the line) and the lease
+    // set (its pause key only by a pause).
+    let parts = quota_key.parts();
+    let mut keys: Vec<String> = [parts[2], parts[3], parts[0]].map(str::to_owned).to_vec();
     keys.push(leases.parts()[0].to_owned());
     keys
 }
@@ -224,7 +229,7 @@ async fn a_limit_whose_slot_moves_keeps_its_state() {
     for _ in 0..3 {
         granted(store.decide(&key, &log, 1).await.unwrap());
     }
-    let parts = key.parts();
+    let parts = key.parts()[2..].to_vec(); // the log's keys
     let (slot, from) = (nodes.slot(parts[0]).await, nodes.owner(parts[0]).await);
     let to = (from + 1) % nodes.urls.len();
     let (from_id, to_id) = (nodes.id(from).await, nodes.id(to).await);

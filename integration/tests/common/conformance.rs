@@ -44,6 +44,7 @@ macro_rules! conformance {
                 quota_status_agrees_with_look,
                 quota_decisions_are_atomic,
                 shared_limiter_shares_one_limit,
+                a_new_algorithm_starts_afresh,
                 sliding_log_limits_and_reports,
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
@@ -444,6 +445,24 @@ pub(crate) async fn shared_limiter_shares_one_limit<S: Store>(store: S) {
         b.try_acquire_many(3).await.is_err(),
         "a cost above the capacity"
     );
+}
+
+/// A limiter whose quota changes from a full sliding log to GCRA decides
+/// afresh under GCRA, with no error from the log's state (in Redis, the
+/// two keep apart keys).
+pub(crate) async fn a_new_algorithm_starts_afresh<S: Store>(store: S) {
+    let limiter = window_limiter(store, &unique("switch"), false);
+    assert!(matches!(
+        limiter.try_acquire_many(3).await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert!(!limiter.can_proceed().await.unwrap(), "the log is full");
+    limiter.set_quota(Quota::gcra(1, WINDOW).unwrap().with_burst(2).unwrap());
+    assert!(matches!(
+        limiter.try_acquire_many(2).await.unwrap(),
+        Admission::Granted(_)
+    ));
+    assert!(!limiter.can_proceed().await.unwrap(), "the burst is spent");
 }
 
 fn window_limiter<S: Store>(store: S, name: &str, backoff: bool) -> RateLimiter<S> {

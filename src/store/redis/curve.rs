@@ -19,7 +19,7 @@ impl RedisStore {
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
         let mut all = vec![op.to_owned()];
         all.extend(arguments);
-        self.run(ScriptName::Curve, key, all, parse, Late::Drop)
+        self.run(ScriptName::Curve, &key.parts, all, parse, Late::Drop)
     }
 }
 

@@ -39,7 +39,7 @@ impl RedisStore {
             Ok(arguments) => {
                 let mut all = vec![op.to_owned()];
                 all.extend(arguments);
-                self.run(ScriptName::Leases, key, all, parse, late)
+                self.run(ScriptName::Leases, &key.parts, all, parse, late)
             }
             Err(error) => LimiterFuture::ready(Err(error)),
         }

@@ -314,19 +314,19 @@ impl RedisStore {
         format!("{}{{{name}}}", self.inner.prefix)
     }
 
-    /// Runs `script` on `key` with `args`, and reads its reply (an array
+    /// Runs `script` on `keys` with `args`, and reads its reply (an array
     /// of integers) with `parse`. A reply that comes after the caller
     /// stopped waiting goes where `late` says.
     fn run<T: Send + 'static>(
         &self,
         script: ScriptName,
-        key: &RedisKey,
+        keys: &[String],
         args: Vec<String>,
         parse: impl FnOnce(&[i64]) -> Result<T, StoreError> + Send + 'static,
         late: Late<T>,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
         let inner = Arc::clone(&self.inner);
-        let keys = key.parts.clone();
+        let keys = keys.to_vec();
         let work = async move {
             let mut invocation = inner.scripts.get(script).prepare_invoke();
             for key in &keys {
@@ -610,7 +610,7 @@ impl fmt::Debug for RedisStore {
 /// # async fn main() -> Result<(), tower_limits::store::StoreError> {
 /// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("app:").connect().await?;
 /// let key: RedisKey = store.quota_key("search");
-/// assert_eq!(key.parts(), ["app:{search}:quota", "app:{search}:gaps"]);
+/// assert_eq!(key.parts()[..2], ["app:{search}:quota", "app:{search}:gaps"]);
 /// # Ok(())
 /// # }
 /// ```
@@ -640,7 +640,15 @@ impl RedisKey {
     /// # async fn main() -> Result<(), tower_limits::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
     /// let key = store.quota_key("crm");
-    /// assert_eq!(key.parts(), ["tower-limits:{crm}:quota", "tower-limits:{crm}:gaps"]);
+    /// assert_eq!(
+    ///     key.parts(),
+    ///     [
+    ///         "tower-limits:{crm}:quota",
+    ///         "tower-limits:{crm}:gaps",
+    ///         "tower-limits:{crm}:log",
+    ///         "tower-limits:{crm}:state",
+    ///     ]
+    /// );
     /// # Ok(())
     /// # }
     /// ```

@@ -67,7 +67,7 @@ impl RedisStore {
         };
         arguments.insert(0, op.to_owned());
         arguments.extend(extra);
-        self.run(script, key, arguments, parse, late)
+        self.run(script, script_keys(key, script), arguments, parse, late)
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), LimiterError> {
@@ -87,7 +87,7 @@ impl QuotaStore for RedisStore {
     type QuotaKey = RedisKey;
 
     fn quota_key(&self, name: &str) -> RedisKey {
-        RedisKey::new(&self.base_key(name), &["quota", "gaps"])
+        RedisKey::new(&self.base_key(name), &["quota", "gaps", "log", "state"])
     }
 
     /// Loads every script, so the first decisions need no `SCRIPT LOAD`.
@@ -182,5 +182,17 @@ impl QuotaStore for RedisStore {
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         self.quota_op(key, quota, "reset", Vec::new(), nothing, Late::Drop)
+    }
+}
+
+/// The keys of `script` among a quota's four: a GCRA or window quota's state
+/// (`quota`, `gaps`), or a sliding log's (`log`, `state`). Kept apart, so
+/// that a limit whose quota changes algorithm never finds a key of the
+/// other's type.
+fn script_keys(key: &RedisKey, script: ScriptName) -> &[String] {
+    let (state, log) = key.parts.split_at(2.min(key.parts.len()));
+    match script {
+        ScriptName::SlidingLog => log,
+        _ => state,
     }
 }
