@@ -27,10 +27,10 @@ const LAYERS: &[&str] = &[
     "lib",
 ];
 
-/// Every `crate::` path written outside comments, as the top-level module
-/// `from` whose files hold it and the path's rest (`limiters::GcraLimiter`).
-fn crate_paths() -> Vec<(String, String)> {
-    let mut paths = Vec::new();
+/// Every line of code (not a comment) of the sources, with the top-level
+/// module `from` whose files hold it.
+fn code_lines() -> Vec<(String, String)> {
+    let mut lines = Vec::new();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
     let mut files = vec![src.clone()];
     while let Some(path) = files.pop() {
@@ -49,16 +49,25 @@ fn crate_paths() -> Vec<(String, String)> {
         let first = relative.components().next().unwrap();
         let from = first.as_os_str().to_str().unwrap().trim_end_matches(".rs");
         for line in fs::read_to_string(&path).unwrap().lines() {
-            if line.trim_start().starts_with("//") {
-                continue;
+            if !line.trim_start().starts_with("//") {
+                lines.push((from.to_owned(), line.to_owned()));
             }
-            for (index, _) in line.match_indices("crate::") {
-                let rest: String = line[index + "crate::".len()..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                paths.push((from.to_owned(), rest));
-            }
+        }
+    }
+    lines
+}
+
+/// Every `crate::` path written outside comments, as the top-level module
+/// `from` whose files hold it and the path's rest (`limiters::GcraLimiter`).
+fn crate_paths() -> Vec<(String, String)> {
+    let mut paths = Vec::new();
+    for (from, line) in code_lines() {
+        for (index, _) in line.match_indices("crate::") {
+            let rest: String = line[index + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            paths.push((from.clone(), rest));
         }
     }
     paths
@@ -130,5 +139,23 @@ fn no_module_reaches_another_through_the_crate_root() {
     assert!(
         detours.is_empty(),
         "paths through the crate root: {detours:?}"
+    );
+}
+
+/// What only HTTP needs lives in `http` (or above it): no module below it
+/// compiles code under the `http` feature.
+#[test]
+fn no_module_below_http_depends_on_its_feature() {
+    let below: Vec<_> = code_lines()
+        .into_iter()
+        .filter(|(from, line)| layer(from) < layer("http") && line.contains("feature = \"http\""))
+        .collect();
+    assert!(below.is_empty(), "`http` code below `http`: {below:?}");
+    let lines = code_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|(from, line)| from == "job" && line.contains("feature = \"http\"")),
+        "the listing should see `job`'s HTTP code (above `http`): it found none"
     );
 }

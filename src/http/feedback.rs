@@ -20,7 +20,28 @@ use crate::error::LimiterError;
 use crate::limiter::{
     DEFAULT_MAX_UPSTREAM_WAIT, Limiter, LimiterFuture, cap_upstream_wait, far_future,
 };
-use crate::limiters::{AdaptiveRateLimiter, Pacer, Steer};
+use crate::limiters::{AdaptiveRateLimiter, Pacer};
+use crate::rate::Rate;
+
+/// What [`FeedbackLayer`](crate::http::FeedbackLayer) reports to, whatever
+/// the pacer.
+trait Steer: Send + Sync + fmt::Debug {
+    fn record_refusal(&self, sent_at: Instant);
+    fn record_success(&self, sent_at: Instant);
+    fn adopt_quota(&self, quota: Rate);
+}
+
+impl<P: Pacer + fmt::Debug> Steer for AdaptiveRateLimiter<P> {
+    fn record_refusal(&self, sent_at: Instant) {
+        AdaptiveRateLimiter::record_refusal(self, sent_at);
+    }
+    fn record_success(&self, sent_at: Instant) {
+        AdaptiveRateLimiter::record_success(self, sent_at);
+    }
+    fn adopt_quota(&self, quota: Rate) {
+        AdaptiveRateLimiter::adopt_quota(self, quota);
+    }
+}
 
 /// The first pause after a 429 without a hint.
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);

@@ -29,8 +29,6 @@ mod internals;
 mod stored;
 mod strategies;
 
-#[cfg(feature = "http")]
-pub(crate) use adaptive::Steer;
 pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
 pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder};
 pub use combinators::{

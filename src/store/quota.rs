@@ -256,6 +256,7 @@ impl Quota {
 
     /// A jitter for one decision in `[0, 1)`: drawn at random for a sliding
     /// log with a backoff, else 0.
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
     pub(crate) fn jitter(&self) -> f64 {
         crate::algorithms::sliding_log::jitter(self.backoff().as_ref())
     }

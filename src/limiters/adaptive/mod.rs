@@ -285,28 +285,6 @@ impl<P: Pacer> AdaptiveRateLimiter<P> {
     }
 }
 
-/// What [`FeedbackLayer`](crate::http::FeedbackLayer) reports to, whatever
-/// the pacer.
-#[cfg(feature = "http")]
-pub(crate) trait Steer: Send + Sync + fmt::Debug {
-    fn record_refusal(&self, sent_at: Instant);
-    fn record_success(&self, sent_at: Instant);
-    fn adopt_quota(&self, quota: Rate);
-}
-
-#[cfg(feature = "http")]
-impl<P: Pacer + fmt::Debug> Steer for AdaptiveRateLimiter<P> {
-    fn record_refusal(&self, sent_at: Instant) {
-        AdaptiveRateLimiter::record_refusal(self, sent_at);
-    }
-    fn record_success(&self, sent_at: Instant) {
-        AdaptiveRateLimiter::record_success(self, sent_at);
-    }
-    fn adopt_quota(&self, quota: Rate) {
-        AdaptiveRateLimiter::adopt_quota(self, quota);
-    }
-}
-
 impl<P: Pacer> Adaptive<P> {
     /// Moves the curve for the signal `classify` finds, if any; paces at
     /// the new rate at once, and writes the signal into the shared curve.
