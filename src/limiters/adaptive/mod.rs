@@ -3,6 +3,8 @@
 
 mod pacer;
 mod plateau;
+#[cfg(test)]
+mod simulation;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +137,9 @@ struct Adaptive<P> {
     sharing: bool,
     /// The signals on their way to the shared curve (see `publish`).
     outbox: Mutex<Option<mpsc::UnboundedSender<Signal>>>,
+    /// Signals in the outbox or being written: until they are, this
+    /// process's curve may be ahead of the shared one.
+    unshared: AtomicU64,
     wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
@@ -335,6 +340,7 @@ impl<P: Pacer> Adaptive<P> {
     /// for, as the curve needs them (it measures from the pause's end).
     fn publish(self: &Arc<Self>, signal: Signal) {
         let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
+        self.unshared.fetch_add(1, Ordering::Relaxed);
         if let Some(sender) = outbox.as_ref()
             && sender.send(signal).is_ok()
         {
@@ -350,6 +356,7 @@ impl<P: Pacer> Adaptive<P> {
                     return;
                 };
                 this.share(signal).await;
+                this.unshared.fetch_sub(1, Ordering::Relaxed);
             }
         });
         *outbox = Some(sender);
@@ -371,7 +378,8 @@ impl<P: Pacer> Adaptive<P> {
                 };
             let tuning = self.steering().curve.tuning;
             if !state.apply(signal, &tuning, now) && version > 0 {
-                self.mirror(state, version);
+                // The store's curve judged it: follow that curve.
+                self.mirror(state, version, true);
                 return;
             }
             let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, version)) else {
@@ -379,7 +387,7 @@ impl<P: Pacer> Adaptive<P> {
             };
             match swap.await {
                 Ok(true) => {
-                    self.mirror(state, version + 1);
+                    self.mirror(state, version + 1, true);
                     return;
                 }
                 Ok(false) => {}
@@ -404,11 +412,15 @@ impl<P: Pacer> Adaptive<P> {
     }
 
     /// Follows the shared curve: takes its `state` if it is newer than the
-    /// one this process mirrors, and paces at its rate.
-    fn mirror(&self, state: plateau::CurveState, version: u64) {
+    /// one this process mirrors, or as new and `settled` (no signal of this
+    /// process is on its way to the store: a curve that differs from the
+    /// store's at the same version went off it, and would pace the shared
+    /// quota at its own rate), and paces at its rate.
+    fn mirror(&self, state: plateau::CurveState, version: u64, settled: bool) {
         let now = Instant::now();
         let mut steering = self.steering();
-        if version > steering.version {
+        let same = version == steering.version && settled && steering.curve.state != state;
+        if version > steering.version || same {
             steering.curve.state = state;
             steering.version = version;
             self.apply(steering.curve.rate(now));
@@ -420,7 +432,10 @@ impl<P: Pacer> Adaptive<P> {
     async fn sync(&self) {
         match self.load().await {
             Some(Some(record)) => match self.wall.state(&record) {
-                Some(state) => self.mirror(state, record.version()),
+                Some(state) => {
+                    let settled = self.unshared.load(Ordering::Relaxed) == 0;
+                    self.mirror(state, record.version(), settled);
+                }
                 None => tracing::warn!(?record, "ignoring a shared adaptive rate that is not one"),
             },
             Some(None) => {
@@ -428,7 +443,7 @@ impl<P: Pacer> Adaptive<P> {
                 if let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, 0))
                     && let Ok(true) = swap.await
                 {
-                    self.mirror(state, 1);
+                    self.mirror(state, 1, true);
                 }
             }
             None => {}
@@ -881,6 +896,7 @@ impl AdaptiveRateLimiterBuilder {
             }),
             sharing,
             outbox: Mutex::new(None),
+            unshared: AtomicU64::new(0),
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),
