@@ -68,6 +68,11 @@ const NEGLIGIBLE: f64 = 0.001;
 ///   through both: `C` and `a`. From then on, **each refusal** tells the
 ///   capacity by itself: the one over which the calls sent since the
 ///   pause exceeded it by `a`;
+/// * an estimate that rests on few calls (fewer than 12 at the capacity
+///   between its refusals, as after a limit that fell far below the rate:
+///   refused within a fraction of a second) is measured again first: the
+///   rate goes just above it, so that the upstream refuses a call about
+///   3 s after the pause, from calls enough to tell the capacity;
 /// * with an estimate, the rate holds at 98 % of it for
 ///   [`hold`](AdaptiveRateLimiterBuilder::hold) (30 s by default), then
 ///   probes above it, by 5 % of the plateau 2 s after the hold, 40 % after

@@ -53,6 +53,13 @@ const GROWTH: f64 = 0.006_25;
 /// Two refusals whose sending times (from their segments' starts) are
 /// closer than this do not tell the capacity apart from the burst.
 const MIN_SPAN: f64 = 0.2;
+/// An estimate that rests on fewer calls than this (at the capacity, in
+/// the span between its two refusals) is measured again before the rate
+/// holds under it: a call more or less would move it by more than 8 %.
+const PRECISE_CALLS: f64 = 12.0;
+/// How long after a pause a rate that measures the capacity sends its
+/// burst beyond it, and is refused.
+const MEASURE: Duration = Duration::from_secs(3);
 /// Steps of the integral of the excess over a capacity.
 const INTEGRATION_STEPS: u32 = 200;
 /// Halvings of the interval the capacity is sought in: to a millionth.
@@ -61,6 +68,18 @@ const BISECTIONS: u32 = 20;
 /// bucket that did not refill, a skewed clock): the rate is cut by
 /// `decrease` instead.
 const LEAST_ESTIMATE: f64 = 0.2;
+
+/// A capacity estimated from refusals.
+#[derive(Clone, Copy, Debug)]
+struct Estimate {
+    /// Calls per second.
+    capacity: f64,
+    /// The calls served beyond the capacity from a full bucket.
+    burst: f64,
+    /// The seconds of calls the estimate rests on: a call more or less
+    /// moves it by a call in this time.
+    span: f64,
+}
 
 /// What the upstream said about a call: the signals that move the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -199,43 +218,29 @@ impl CurveState {
     }
 
     /// A call sent at `sent_at` was refused: the plateau moves just under
-    /// the capacity the upstream's line estimates, and holds there; without
-    /// an estimate, to the plateau held before if the refusal ended a probe
-    /// beyond it, or else to the rate refused times `decrease` (its square
-    /// for the first refusal: the starting rate was a guess), briefly.
+    /// the capacity the upstream's line estimates, and holds there (or, if
+    /// the estimate rests on too few calls to tell it to a few percent,
+    /// just above it, to measure it: the next refusal comes a few seconds
+    /// after the pause, from calls that tell it); without an estimate, to
+    /// the plateau held before if the refusal ended a probe beyond it, or
+    /// else to the rate refused times `decrease` (its square for the first
+    /// refusal: the starting rate was a guess), briefly.
     fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
         let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
-        let paced = self.sent_until(tuning, sent_at);
         let point = Point {
             after,
-            sent: sent.unwrap_or(paced),
+            sent: sent.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
         };
-        // The calls went out at this share of the curve's rate (a busy
-        // machine sends fewer than the pace allows).
-        let share = if paced > 0.0 {
-            (point.sent / paced).clamp(0.5, 2.0)
-        } else {
-            1.0
-        };
-        let estimate = match self.point {
-            // The burst is known: the capacity is what it covers the excess
-            // over, whatever the curve's shape.
-            Some(Point { after: 0.0, sent }) => {
-                self.capacity_beyond(|_| sent, after, share, tuning)
-            }
-            // The first refusal (from a full bucket, above the capacity
-            // from its start) is `a + C·T`: its burst, for each capacity.
-            Some(first) if (after - first.after).abs() >= MIN_SPAN => {
-                let burst = |capacity| first.sent - capacity * first.after;
-                self.capacity_beyond(burst, after, share, tuning)
-            }
-            _ => None,
-        }
-        .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
+        let estimate = self
+            .estimate(point, tuning)
+            .filter(|e| e.capacity >= rate * LEAST_ESTIMATE && e.burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
         let (plateau, hold) = match estimate {
-            Some((capacity, _)) => (capacity * MARGIN, tuning.hold),
+            Some(e) if e.capacity * e.span < PRECISE_CALLS => {
+                (e.capacity + e.burst / MEASURE.as_secs_f64(), SHORT_HOLD)
+            }
+            Some(e) => (e.capacity * MARGIN, tuning.hold),
             None if probed => (self.plateau, tuning.hold),
             None if self.point.is_none() => (rate * tuning.decrease.powi(2), SHORT_HOLD),
             None => (rate * tuning.decrease, SHORT_HOLD),
@@ -244,14 +249,50 @@ impl CurveState {
         // else the first refusal (unless it was sent before the segment
         // began: another process's pause).
         self.point = match estimate {
-            Some((_, burst)) => Some(Point {
+            Some(e) => Some(Point {
                 after: 0.0,
-                sent: burst,
+                sent: e.burst,
             }),
             None if self.point.is_none() && after > 0.0 => Some(point),
             None => self.point,
         };
         self.restart(plateau.min(rate), hold, now);
+    }
+
+    /// The capacity and burst the refusal at `point` tells, with the last
+    /// one (or the burst) known.
+    fn estimate(&self, point: Point, tuning: &Tuning) -> Option<Estimate> {
+        let paced = self.sent_until(tuning, self.origin + Duration::from_secs_f64(point.after));
+        // The calls went out at this share of the curve's rate (a busy
+        // machine sends fewer than the pace allows).
+        let share = if paced > 0.0 {
+            (point.sent / paced).clamp(0.5, 2.0)
+        } else {
+            1.0
+        };
+        let (capacity, burst) = match self.point {
+            // The burst is known: the capacity is what it covers the excess
+            // over, whatever the curve's shape.
+            Some(Point { after: 0.0, sent }) => {
+                self.capacity_beyond(|_| sent, point.after, share, tuning)?
+            }
+            // The first refusal (from a full bucket, above the capacity
+            // from its start) is `a + C·T`: its burst, for each capacity.
+            Some(first) if (point.after - first.after).abs() >= MIN_SPAN => {
+                let burst = |capacity| first.sent - capacity * first.after;
+                self.capacity_beyond(burst, point.after, share, tuning)?
+            }
+            _ => return None,
+        };
+        let span = match self.point {
+            Some(first) => (point.after - first.after).abs(),
+            None => point.after,
+        };
+        Some(Estimate {
+            capacity,
+            burst,
+            span,
+        })
     }
 
     /// The capacity over which the calls sent in the first `after` seconds
