@@ -227,10 +227,16 @@ impl CurveState {
     /// refusal: the starting rate was a guess), briefly.
     fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
-        let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
+        // The upstream's bucket ran dry between the call before and this
+        // one: halfway, on average (from far above, the calls are few and
+        // a whole spacing would skew the line).
+        let after =
+            (sent_at.saturating_duration_since(self.origin).as_secs_f64() - 0.5 / rate).max(0.0);
         let point = Point {
             after,
-            sent: sent.unwrap_or_else(|| self.sent_until(tuning, sent_at)),
+            sent: sent.unwrap_or_else(|| {
+                self.sent_until(tuning, self.origin + Duration::from_secs_f64(after))
+            }),
         };
         let estimate = self
             .estimate(point, tuning)

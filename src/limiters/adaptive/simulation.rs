@@ -245,20 +245,26 @@ mod tests {
     }
 
     /// From five times too fast, against nginx's `limit_req` with `nodelay`
-    /// (a bucket of 20 a second, burst 5, `Retry-After: 1`), from one
-    /// process and from four sharing the curve: the figures of issue 21.
+    /// (a bucket of `limit` a second, burst 5, `Retry-After: 1`), from one
+    /// process and from four sharing the curve: the figures of issue 21,
+    /// for limits from 11 to 50 a second (served from 5 s on: 96.7-98.8 %
+    /// from one process, 93.2-98.5 % from four: the store decides strictly,
+    /// and a caller that wakes late on tokio's millisecond timer loses the
+    /// time it was late by, 3 % of a 28 ms spacing at 37/s).
     #[tokio::test(start_paused = true)]
     async fn reaches_the_capacity_of_a_bucket_from_one_or_four_processes() {
-        for processes in [1, 4] {
-            let plan = Plan {
-                lateness: vec![Duration::ZERO; processes],
-                ..Plan::nodelay(20.0)
-            };
-            let seen = run(&plan).await;
-            report(&format!("{processes} process(es)"), &seen);
-            assert!(seen.rate(0, 30) >= 18.0, "{}", seen.series());
-            assert!(seen.rate(5, 30) >= 18.8, "{}", seen.series());
-            assert!(seen.refusals(0, 30) <= 3, "{}", seen.series());
+        for (processes, whole, settled) in [(1, 0.92, 0.96), (4, 0.87, 0.93)] {
+            for limit in [11.0, 14.0, 17.0, 20.0, 23.0, 29.0, 37.0, 50.0] {
+                let plan = Plan {
+                    lateness: vec![Duration::ZERO; processes],
+                    ..Plan::nodelay(limit)
+                };
+                let seen = run(&plan).await;
+                report(&format!("{limit}/s, {processes} process(es)"), &seen);
+                assert!(seen.rate(0, 30) >= whole * limit, "{}", seen.series());
+                assert!(seen.rate(5, 30) >= settled * limit, "{}", seen.series());
+                assert!(seen.refusals(0, 30) <= 2, "{}", seen.series());
+            }
         }
     }
 
