@@ -67,7 +67,9 @@ const NEGLIGIBLE: f64 = 0.001;
 ///   **second**, sent at another rate after the pause, gives the line
 ///   through both: `C` and `a`. From then on, **each refusal** tells the
 ///   capacity by itself: the one over which the calls sent since the
-///   pause exceeded it by `a`;
+///   pause exceeded it by what the bucket held then (`a`, or what it
+///   refilled since the refusal if the pause was shorter than that takes,
+///   as tower_governor's `Retry-After: 0`);
 /// * an estimate that rests on few calls (fewer than 12 at the capacity
 ///   between its refusals, as after a limit that fell far below the rate:
 ///   refused within a fraction of a second) is measured again first: the

@@ -4,9 +4,12 @@
 //! An upstream that limits a rate (a token bucket, GCRA, nginx's
 //! `limit_req`) serves, from a moment its bucket is full, its burst and then
 //! its rate: `n = a + C·T` calls in the `T` seconds before it refuses one.
-//! Every pause it asks for refills the bucket, so two refusals, each after
-//! a pause, sent at different rates, are two points of that line: its slope
-//! `C` is the capacity. The curve holds just under it for a long while,
+//! A pause it asks for refills the bucket (by `C` a second, from empty at
+//! the refusal: a short pause, such as tower_governor's, refills it in
+//! part), so two refusals, each after a pause, sent at different rates,
+//! are two points of that line: its slope `C` is the capacity. Each
+//! estimate replays the bucket along the rate the curve sent at. The
+//! curve holds just under the capacity for a long while,
 //! then probes above it, slowly at first; a probe refused gives a third
 //! point, and the plateau moves to the new estimate.
 
@@ -79,6 +82,14 @@ struct Estimate {
     /// The seconds of calls the estimate rests on: a call more or less
     /// moves it by a call in this time.
     span: f64,
+}
+
+impl Estimate {
+    /// The rate that measures the capacity: its burst beyond it in
+    /// [`MEASURE`].
+    fn measure(&self) -> f64 {
+        self.capacity + self.burst / MEASURE.as_secs_f64()
+    }
 }
 
 /// What the upstream said about a call: the signals that move the rate.
@@ -234,17 +245,18 @@ impl CurveState {
             (sent_at.saturating_duration_since(self.origin).as_secs_f64() - 0.5 / rate).max(0.0);
         let point = Point {
             after,
-            sent: sent.unwrap_or_else(|| {
-                self.sent_until(tuning, self.origin + Duration::from_secs_f64(after))
-            }),
+            sent: sent.map_or_else(
+                || self.sent_until(tuning, self.origin + Duration::from_secs_f64(after)),
+                |sent| (sent - 0.5).max(0.0),
+            ),
         };
         let estimate = self
             .estimate(point, tuning)
             .filter(|e| e.capacity >= rate * LEAST_ESTIMATE && e.burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
         let (plateau, hold) = match estimate {
-            Some(e) if e.capacity * e.span < PRECISE_CALLS => {
-                (e.capacity + e.burst / MEASURE.as_secs_f64(), SHORT_HOLD)
+            Some(e) if e.capacity * e.span < PRECISE_CALLS && e.measure() < rate => {
+                (e.measure(), SHORT_HOLD)
             }
             Some(e) => (e.capacity * MARGIN, tuning.hold),
             None if probed => (self.plateau, tuning.hold),
@@ -276,52 +288,62 @@ impl CurveState {
         } else {
             1.0
         };
-        let (capacity, burst) = match self.point {
-            // The burst is known: the capacity is what it covers the excess
-            // over, whatever the curve's shape.
-            Some(Point { after: 0.0, sent }) => {
-                self.capacity_beyond(|_| sent, point.after, share, tuning)?
-            }
-            // The first refusal (from a full bucket, above the capacity
-            // from its start) is `a + C·T`: its burst, for each capacity.
-            Some(first) if (point.after - first.after).abs() >= MIN_SPAN => {
-                let burst = |capacity| first.sent - capacity * first.after;
-                self.capacity_beyond(burst, point.after, share, tuning)?
-            }
-            _ => return None,
-        };
-        let span = match self.point {
-            Some(first) => (point.after - first.after).abs(),
-            None => point.after,
-        };
-        Some(Estimate {
+        // The burst is known (a point at 0 s), or the first refusal (from a
+        // full bucket, above the capacity from its start) is `a + C·T`: the
+        // burst, for each capacity.
+        let first = self.point?;
+        let burst = |capacity: f64| first.sent - capacity * first.after;
+        // A pause shorter than the bucket takes to refill (tower_governor's
+        // `Retry-After: 0`) leaves it part full: what the capacity refilled
+        // since the last refusal emptied it.
+        let refill = self.refilled();
+        let level = |capacity: f64| burst(capacity).min(capacity * refill);
+        let capacity = self.capacity_beyond((level, burst), point.after, share, tuning)?;
+        let burst = burst(capacity);
+        // The calls the estimate rests on: since the bucket was full, or
+        // since it was empty.
+        let mut span = (point.after - first.after).abs();
+        if capacity * refill < burst {
+            span = point.after + refill;
+        }
+        (first.after == 0.0 || span >= MIN_SPAN).then_some(Estimate {
             capacity,
             burst,
             span,
         })
     }
 
-    /// The capacity over which the calls sent in the first `after` seconds
-    /// of the segment (at `share` of the curve's rate) exceed it by the
-    /// upstream's burst (the calls an upstream with a full bucket serves
-    /// beyond its rate before it refuses one), `burst(capacity)`; and that
-    /// burst. `None` if even the floor is not exceeded that much.
+    /// Seconds from the last refusal (the upstream's bucket empty) to the
+    /// segment's start (the bucket refilling meanwhile); unbounded if none.
+    fn refilled(&self) -> f64 {
+        self.refused_until.map_or(f64::INFINITY, |at| {
+            self.origin.saturating_duration_since(at).as_secs_f64()
+        })
+    }
+
+    /// The capacity at which the upstream's bucket, holding
+    /// `level(capacity)` calls at the segment's start and at most
+    /// `burst(capacity)`, runs dry `after` seconds into the segment, with
+    /// calls sent at `share` of the curve's rate. `None` if even at the
+    /// floor it does not.
     fn capacity_beyond(
         &self,
-        burst: impl Fn(f64) -> f64,
+        (level, burst): (impl Fn(f64) -> f64, impl Fn(f64) -> f64),
         after: f64,
         share: f64,
         tuning: &Tuning,
-    ) -> Option<(f64, f64)> {
+    ) -> Option<f64> {
         let step = after / f64::from(INTEGRATION_STEPS);
+        // The bucket never ran dry at this capacity: it is lower.
         let short = |capacity: f64| {
-            let excess: f64 = (0..INTEGRATION_STEPS)
-                .map(|n| {
-                    let at = (f64::from(n) + 0.5) * step;
-                    (self.rate_after(tuning, at) * share - capacity).max(0.0) * step
-                })
-                .sum();
-            excess < burst(capacity)
+            let full = burst(capacity);
+            let mut held = level(capacity);
+            (0..INTEGRATION_STEPS).all(|n| {
+                let at = (f64::from(n) + 0.5) * step;
+                let rate = self.rate_after(tuning, at) * share;
+                held = (held + (capacity - rate) * step).min(full);
+                held > 0.0
+            })
         };
         let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after) * share);
         if short(low) {
@@ -335,7 +357,7 @@ impl CurveState {
                 low = middle;
             }
         }
-        Some((low, burst(low)))
+        Some(low)
     }
 
     /// Cuts the rate by the share of [`DRAIN`] a call waited in the
@@ -396,9 +418,10 @@ impl Curve {
     }
 
     /// The signal of a refusal, answered `now`, of a call sent at
-    /// `sent_at`, with the calls sent since the segment began until then if
-    /// the limiter counted its grants (`granted` so far, of which those
-    /// since `sent_at` went out at the curve's rate).
+    /// `sent_at`, with the calls sent since the segment began until then
+    /// (before it) if the limiter counted its grants (`granted` so far,
+    /// the refused call's among them, and those since `sent_at` at the
+    /// curve's rate).
     pub(super) fn refusal(&self, sent_at: Instant, granted: Option<u64>, now: Instant) -> Signal {
         let since = now.saturating_duration_since(sent_at).as_secs_f64();
         let in_flight = self.rate(sent_at) * since;
@@ -406,7 +429,7 @@ impl Curve {
             sent_at,
             sent: granted.map(|granted| {
                 let sent = granted.saturating_sub(self.granted_before) as f64;
-                (sent - in_flight).max(0.0)
+                (sent - in_flight - 1.0).max(0.0)
             }),
         }
     }
