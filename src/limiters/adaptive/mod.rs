@@ -143,10 +143,10 @@ struct Adaptive<P> {
     /// Whether the curve is shared through the pacer's store.
     sharing: bool,
     /// The signals on their way to the shared curve (see `publish`).
-    outbox: Mutex<Option<mpsc::UnboundedSender<Signal>>>,
+    outbox: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
     /// Signals in the outbox or being written: until they are, this
     /// process's curve may be ahead of the shared one.
-    unshared: AtomicU64,
+    unshared: Arc<AtomicU64>,
     wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
@@ -163,6 +163,29 @@ struct Adaptive<P> {
     /// The gauge of a named limiter's rate.
     #[cfg(feature = "metrics")]
     gauge: Option<metrics::Gauge>,
+}
+
+/// A signal on its way to the shared curve, counted in `unshared` until
+/// it is written or dropped (with a task that cannot run, or ends).
+struct Outgoing {
+    signal: Signal,
+    unshared: Arc<AtomicU64>,
+}
+
+impl Outgoing {
+    fn new(signal: Signal, unshared: &Arc<AtomicU64>) -> Self {
+        unshared.fetch_add(1, Ordering::Relaxed);
+        Self {
+            signal,
+            unshared: Arc::clone(unshared),
+        }
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        self.unshared.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The curve, when the pace last followed it, and the version of the
@@ -347,23 +370,23 @@ impl<P: Pacer> Adaptive<P> {
     /// for, as the curve needs them (it measures from the pause's end).
     fn publish(self: &Arc<Self>, signal: Signal) {
         let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
-        self.unshared.fetch_add(1, Ordering::Relaxed);
-        if let Some(sender) = outbox.as_ref()
-            && sender.send(signal).is_ok()
-        {
-            return;
+        let mut outgoing = Outgoing::new(signal, &self.unshared);
+        if let Some(sender) = outbox.as_ref() {
+            match sender.send(outgoing) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => outgoing = back,
+            }
         }
-        let (sender, mut receiver) = mpsc::unbounded_channel();
+        let (sender, mut receiver) = mpsc::unbounded_channel::<Outgoing>();
         // The receiver is alive: it is right here.
-        let _ = sender.send(signal);
+        let _ = sender.send(outgoing);
         let this = Arc::downgrade(self);
         spawn_or_warn("adaptive", "share a rate change", async move {
-            while let Some(signal) = receiver.recv().await {
+            while let Some(outgoing) = receiver.recv().await {
                 let Some(this) = this.upgrade() else {
                     return;
                 };
-                this.share(signal).await;
-                this.unshared.fetch_sub(1, Ordering::Relaxed);
+                this.share(outgoing.signal).await;
             }
         });
         *outbox = Some(sender);
@@ -903,7 +926,7 @@ impl AdaptiveRateLimiterBuilder {
             }),
             sharing,
             outbox: Mutex::new(None),
-            unshared: AtomicU64::new(0),
+            unshared: Arc::new(AtomicU64::new(0)),
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),
