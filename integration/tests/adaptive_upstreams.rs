@@ -115,10 +115,10 @@ async fn a_stated_quota_is_adopted_at_once() {
 
 /// The limit goes R -> 2R -> R/2, 20 s each: the client follows it down
 /// at once (at most 3 refusals), and keeps at least the old limit when it
-/// doubles (it finds the new one when its 30 s hold ends, after this
-/// phase: the example's 30 s phases show it). After the halving, an
-/// estimate that rests on a few calls is measured again before the rate
-/// holds: at least 80 % of the new limit from 5 s on.
+/// doubles (it finds the new one when its 25 s hold ends, 7 s into this
+/// phase; in the example's 30 s phases, at its start). After the halving,
+/// an estimate that rests on a few calls is measured again before the
+/// rate holds: at least 80 % of the new limit from 5 s on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_limit_that_changes() {
     let Some((_, figures)) = measure(Kind::Changing, 1, 20).await else {

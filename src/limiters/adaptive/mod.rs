@@ -33,7 +33,7 @@ const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
 /// How long the rate holds under an estimated capacity before it probes.
-const DEFAULT_HOLD: Duration = Duration::from_secs(30);
+const DEFAULT_HOLD: Duration = Duration::from_secs(25);
 /// A rate change smaller than this fraction is not applied.
 const NEGLIGIBLE: f64 = 0.001;
 
@@ -76,7 +76,7 @@ const NEGLIGIBLE: f64 = 0.001;
 ///   rate goes just above it, so that the upstream refuses a call about
 ///   3 s after the pause, from calls enough to tell the capacity;
 /// * with an estimate, the rate holds at 98 % of it for
-///   [`hold`](AdaptiveRateLimiterBuilder::hold) (30 s by default), then
+///   [`hold`](AdaptiveRateLimiterBuilder::hold) (25 s by default), then
 ///   probes above it, by 5 % of the plateau 2 s after the hold, 40 % after
 ///   4 s, twice after 5.4 s: a limit that went up is found, and one that
 ///   did not refuses the probe, once, which gives a better estimate;
@@ -775,9 +775,11 @@ impl AdaptiveRateLimiterBuilder {
     }
 
     /// How long the rate holds just under the upstream's estimated capacity
-    /// before it probes above it (default 30 s). Every probe the upstream
-    /// refuses costs the pause it asks for; a shorter hold finds a limit
-    /// that went up sooner, at the price of more refusals.
+    /// before it probes above it (default 25 s: from a start 5 times too
+    /// fast, the first probe is refused about half a minute in). Every
+    /// probe the upstream refuses costs the pause it asks for; a shorter
+    /// hold finds a limit that went up sooner, at the price of more
+    /// refusals.
     ///
     /// ```
     /// use std::time::Duration;

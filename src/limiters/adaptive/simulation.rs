@@ -375,8 +375,9 @@ mod tests {
         assert_eq!(rates.0, rates.1, "one curve");
     }
 
-    /// The limit goes 20 -> 40 -> 10, 30 s each: the 30 s hold ends soon
-    /// after the doubling (91 % of 40/s from 5 s on); after the halving,
+    /// The limit goes 20 -> 40 -> 10, 30 s each: the 25 s hold ends just
+    /// before the doubling, and the probe finds it (97 % of 40/s from 5 s
+    /// on; 91 % with a hold of 30 s); after the halving,
     /// the estimate from the refusal after the pause rests on a few calls,
     /// so the rate measures it again before it holds (96 % of 10/s from
     /// 5 s on, 3 refusals; 78 % when it held under the first estimate).
@@ -397,7 +398,7 @@ mod tests {
         println!("{phases:?}\n  {}", seen.series());
         let [first, doubled, halved] = phases;
         assert!(first.0 >= 19.0 && first.1 <= 3, "{phases:?}");
-        assert!(doubled.0 >= 0.85 * 40.0 && doubled.1 <= 3, "{phases:?}");
+        assert!(doubled.0 >= 0.95 * 40.0 && doubled.1 <= 3, "{phases:?}");
         assert!(halved.0 >= 0.9 * 10.0 && halved.1 <= 3, "{phases:?}");
     }
 }
