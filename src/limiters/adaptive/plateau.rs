@@ -231,11 +231,11 @@ impl CurveState {
     /// A call sent at `sent_at` was refused: the plateau moves just under
     /// the capacity the upstream's line estimates, and holds there (or, if
     /// the estimate rests on too few calls to tell it to a few percent,
-    /// just above it, to measure it: the next refusal comes a few seconds
-    /// after the pause, from calls that tell it); without an estimate, to
-    /// the plateau held before if the refusal ended a probe beyond it, or
-    /// else to the rate refused times `decrease` (its square for the first
-    /// refusal: the starting rate was a guess), briefly.
+    /// just above it, once, to measure it: the next refusal comes a few
+    /// seconds after the pause, from calls that tell it); without an
+    /// estimate, to the plateau held before if the refusal ended a probe
+    /// beyond it, or else to the rate refused times `decrease` (its square
+    /// for the first refusal: the starting rate was a guess), briefly.
     fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
         // The upstream's bucket ran dry between the call before and this
@@ -254,8 +254,12 @@ impl CurveState {
             .estimate(point, tuning)
             .filter(|e| e.capacity >= rate * LEAST_ESTIMATE && e.burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
+        // A brief segment after an estimate (one that measured it, or a
+        // cut) is not measured again: a change of limit costs at most three
+        // refusals.
+        let brief = self.hold == SHORT_HOLD && self.point.is_some_and(|p| p.after == 0.0);
         let (plateau, hold) = match estimate {
-            Some(e) if e.capacity * e.span < PRECISE_CALLS && e.measure() < rate => {
+            Some(e) if e.capacity * e.span < PRECISE_CALLS && e.measure() < rate && !brief => {
                 (e.measure(), SHORT_HOLD)
             }
             Some(e) => (e.capacity * MARGIN, tuning.hold),
