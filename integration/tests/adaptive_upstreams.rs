@@ -91,10 +91,15 @@ async fn nginx_queueing_one_process() {
     }
 }
 
+/// Its `Retry-After: 0` pauses for 100 ms, after which its bucket is not
+/// full: the estimates count what it refilled, so the client converges
+/// within the first refusals (at most 3) and a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tower_governor_one_process() {
     if let Some((_, figures)) = measure(Kind::Governor, 1, 20).await {
         lenient(&figures[0]);
+        assert!(figures[0].refused <= 3, "{}", figures[0]);
+        assert!(figures[0].to_90.is_some_and(|s| s <= 3.0), "{}", figures[0]);
     }
 }
 
@@ -110,11 +115,10 @@ async fn a_stated_quota_is_adopted_at_once() {
 
 /// The limit goes R -> 2R -> R/2, 20 s each: the client follows it down
 /// at once (at most 3 refusals), and keeps at least the old limit when it
-/// doubles (it finds the new one when its 30 s hold ends, after this
-/// phase: the example's 30 s phases show it). After the halving the
-/// estimate from one refusal can be a quarter low (7-8/s of 10/s with two
-/// CPU-bound processes beside the test: 74.7% from 5 s on), a known gap of
-/// the estimate (issue 21), so the bound there is 60%.
+/// doubles (it finds the new one when its 25 s hold ends, 7 s into this
+/// phase; in the example's 30 s phases, at its start). After the halving,
+/// an estimate that rests on a few calls is measured again before the
+/// rate holds: at least 80 % of the new limit from 5 s on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_a_limit_that_changes() {
     let Some((_, figures)) = measure(Kind::Changing, 1, 20).await else {
@@ -126,7 +130,7 @@ async fn follows_a_limit_that_changes() {
     lenient(&first);
     assert!(doubled.settled_share >= 0.45, "{doubled}");
     assert!(doubled.refused <= 3, "{doubled}");
-    assert!(halved.settled_share >= 0.6, "{halved}");
+    assert!(halved.settled_share >= 0.8, "{halved}");
     assert!(halved.refused <= 3, "{halved}");
 }
 

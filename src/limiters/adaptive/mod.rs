@@ -3,6 +3,8 @@
 
 mod pacer;
 mod plateau;
+#[cfg(test)]
+mod simulation;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +33,7 @@ const SWAP_ATTEMPTS: usize = 4;
 /// The fastest pace: one call per nanosecond.
 const MAX_PER_SECOND: f64 = 1e9;
 /// How long the rate holds under an estimated capacity before it probes.
-const DEFAULT_HOLD: Duration = Duration::from_secs(30);
+const DEFAULT_HOLD: Duration = Duration::from_secs(25);
 /// A rate change smaller than this fraction is not applied.
 const NEGLIGIBLE: f64 = 0.001;
 
@@ -65,9 +67,16 @@ const NEGLIGIBLE: f64 = 0.001;
 ///   **second**, sent at another rate after the pause, gives the line
 ///   through both: `C` and `a`. From then on, **each refusal** tells the
 ///   capacity by itself: the one over which the calls sent since the
-///   pause exceeded it by `a`;
+///   pause exceeded it by what the bucket held then (`a`, or what it
+///   refilled since the refusal if the pause was shorter than that takes,
+///   as tower_governor's `Retry-After: 0`);
+/// * an estimate that rests on few calls (fewer than 12 at the capacity
+///   between its refusals, as after a limit that fell far below the rate:
+///   refused within a fraction of a second) is measured again first: the
+///   rate goes just above it, so that the upstream refuses a call about
+///   3 s after the pause, from calls enough to tell the capacity;
 /// * with an estimate, the rate holds at 98 % of it for
-///   [`hold`](AdaptiveRateLimiterBuilder::hold) (30 s by default), then
+///   [`hold`](AdaptiveRateLimiterBuilder::hold) (25 s by default), then
 ///   probes above it, by 5 % of the plateau 2 s after the hold, 40 % after
 ///   4 s, twice after 5.4 s: a limit that went up is found, and one that
 ///   did not refuses the probe, once, which gives a better estimate;
@@ -134,7 +143,10 @@ struct Adaptive<P> {
     /// Whether the curve is shared through the pacer's store.
     sharing: bool,
     /// The signals on their way to the shared curve (see `publish`).
-    outbox: Mutex<Option<mpsc::UnboundedSender<Signal>>>,
+    outbox: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
+    /// Signals in the outbox or being written: until they are, this
+    /// process's curve may be ahead of the shared one.
+    unshared: Arc<AtomicU64>,
     wall: WallClock,
     /// When the pace next follows the curve, in nanoseconds from `base`.
     refresh_at: AtomicU64,
@@ -151,6 +163,29 @@ struct Adaptive<P> {
     /// The gauge of a named limiter's rate.
     #[cfg(feature = "metrics")]
     gauge: Option<metrics::Gauge>,
+}
+
+/// A signal on its way to the shared curve, counted in `unshared` until
+/// it is written or dropped (with a task that cannot run, or ends).
+struct Outgoing {
+    signal: Signal,
+    unshared: Arc<AtomicU64>,
+}
+
+impl Outgoing {
+    fn new(signal: Signal, unshared: &Arc<AtomicU64>) -> Self {
+        unshared.fetch_add(1, Ordering::Relaxed);
+        Self {
+            signal,
+            unshared: Arc::clone(unshared),
+        }
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        self.unshared.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The curve, when the pace last followed it, and the version of the
@@ -313,21 +348,23 @@ impl<P: Pacer> Adaptive<P> {
     /// for, as the curve needs them (it measures from the pause's end).
     fn publish(self: &Arc<Self>, signal: Signal) {
         let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = outbox.as_ref()
-            && sender.send(signal).is_ok()
-        {
-            return;
+        let mut outgoing = Outgoing::new(signal, &self.unshared);
+        if let Some(sender) = outbox.as_ref() {
+            match sender.send(outgoing) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => outgoing = back,
+            }
         }
-        let (sender, mut receiver) = mpsc::unbounded_channel();
+        let (sender, mut receiver) = mpsc::unbounded_channel::<Outgoing>();
         // The receiver is alive: it is right here.
-        let _ = sender.send(signal);
+        let _ = sender.send(outgoing);
         let this = Arc::downgrade(self);
         spawn_or_warn("adaptive", "share a rate change", async move {
-            while let Some(signal) = receiver.recv().await {
+            while let Some(outgoing) = receiver.recv().await {
                 let Some(this) = this.upgrade() else {
                     return;
                 };
-                this.share(signal).await;
+                this.share(outgoing.signal).await;
             }
         });
         *outbox = Some(sender);
@@ -349,7 +386,8 @@ impl<P: Pacer> Adaptive<P> {
                 };
             let tuning = self.steering().curve.tuning;
             if !state.apply(signal, &tuning, now) && version > 0 {
-                self.mirror(state, version);
+                // The store's curve judged it: follow that curve.
+                self.mirror(state, version, true);
                 return;
             }
             let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, version)) else {
@@ -357,7 +395,7 @@ impl<P: Pacer> Adaptive<P> {
             };
             match swap.await {
                 Ok(true) => {
-                    self.mirror(state, version + 1);
+                    self.mirror(state, version + 1, true);
                     return;
                 }
                 Ok(false) => {}
@@ -382,11 +420,15 @@ impl<P: Pacer> Adaptive<P> {
     }
 
     /// Follows the shared curve: takes its `state` if it is newer than the
-    /// one this process mirrors, and paces at its rate.
-    fn mirror(&self, state: plateau::CurveState, version: u64) {
+    /// one this process mirrors, or as new and `settled` (no signal of this
+    /// process is on its way to the store: a curve that differs from the
+    /// store's at the same version went off it, and would pace the shared
+    /// quota at its own rate), and paces at its rate.
+    fn mirror(&self, state: plateau::CurveState, version: u64, settled: bool) {
         let now = Instant::now();
         let mut steering = self.steering();
-        if version > steering.version {
+        let same = version == steering.version && settled && steering.curve.state != state;
+        if version > steering.version || same {
             steering.curve.state = state;
             steering.version = version;
             self.apply(steering.curve.rate(now));
@@ -398,7 +440,10 @@ impl<P: Pacer> Adaptive<P> {
     async fn sync(&self) {
         match self.load().await {
             Some(Some(record)) => match self.wall.state(&record) {
-                Some(state) => self.mirror(state, record.version()),
+                Some(state) => {
+                    let settled = self.unshared.load(Ordering::Relaxed) == 0;
+                    self.mirror(state, record.version(), settled);
+                }
                 None => tracing::warn!(?record, "ignoring a shared adaptive rate that is not one"),
             },
             Some(None) => {
@@ -406,7 +451,7 @@ impl<P: Pacer> Adaptive<P> {
                 if let Some(swap) = self.pacer.swap_curve(self.wall.record(&state, 0))
                     && let Ok(true) = swap.await
                 {
-                    self.mirror(state, 1);
+                    self.mirror(state, 1, true);
                 }
             }
             None => {}
@@ -708,9 +753,11 @@ impl AdaptiveRateLimiterBuilder {
     }
 
     /// How long the rate holds just under the upstream's estimated capacity
-    /// before it probes above it (default 30 s). Every probe the upstream
-    /// refuses costs the pause it asks for; a shorter hold finds a limit
-    /// that went up sooner, at the price of more refusals.
+    /// before it probes above it (default 25 s: from a start 5 times too
+    /// fast, the first probe is refused about half a minute in). Every
+    /// probe the upstream refuses costs the pause it asks for; a shorter
+    /// hold finds a limit that went up sooner, at the price of more
+    /// refusals.
     ///
     /// ```
     /// use std::time::Duration;
@@ -859,6 +906,7 @@ impl AdaptiveRateLimiterBuilder {
             }),
             sharing,
             outbox: Mutex::new(None),
+            unshared: Arc::new(AtomicU64::new(0)),
             wall: WallClock::now(),
             refresh_at: AtomicU64::new(if sharing { 0 } else { nanos(REFRESH) }),
             last_denial: AtomicU64::new(0),

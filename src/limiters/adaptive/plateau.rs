@@ -4,9 +4,12 @@
 //! An upstream that limits a rate (a token bucket, GCRA, nginx's
 //! `limit_req`) serves, from a moment its bucket is full, its burst and then
 //! its rate: `n = a + C·T` calls in the `T` seconds before it refuses one.
-//! Every pause it asks for refills the bucket, so two refusals, each after
-//! a pause, sent at different rates, are two points of that line: its slope
-//! `C` is the capacity. The curve holds just under it for a long while,
+//! A pause it asks for refills the bucket (by `C` a second, from empty at
+//! the refusal: a short pause, such as tower_governor's, refills it in
+//! part), so two refusals, each after a pause, sent at different rates,
+//! are two points of that line: its slope `C` is the capacity. Each
+//! estimate replays the bucket along the rate the curve sent at. The
+//! curve holds just under the capacity for a long while,
 //! then probes above it, slowly at first; a probe refused gives a third
 //! point, and the plateau moves to the new estimate.
 
@@ -53,6 +56,13 @@ const GROWTH: f64 = 0.006_25;
 /// Two refusals whose sending times (from their segments' starts) are
 /// closer than this do not tell the capacity apart from the burst.
 const MIN_SPAN: f64 = 0.2;
+/// An estimate that rests on fewer calls than this (at the capacity, in
+/// the span between its two refusals) is measured again before the rate
+/// holds under it: a call more or less would move it by more than 8 %.
+const PRECISE_CALLS: f64 = 12.0;
+/// How long after a pause a rate that measures the capacity sends its
+/// burst beyond it, and is refused.
+const MEASURE: Duration = Duration::from_secs(3);
 /// Steps of the integral of the excess over a capacity.
 const INTEGRATION_STEPS: u32 = 200;
 /// Halvings of the interval the capacity is sought in: to a millionth.
@@ -61,6 +71,26 @@ const BISECTIONS: u32 = 20;
 /// bucket that did not refill, a skewed clock): the rate is cut by
 /// `decrease` instead.
 const LEAST_ESTIMATE: f64 = 0.2;
+
+/// A capacity estimated from refusals.
+#[derive(Clone, Copy, Debug)]
+struct Estimate {
+    /// Calls per second.
+    capacity: f64,
+    /// The calls served beyond the capacity from a full bucket.
+    burst: f64,
+    /// The seconds of calls the estimate rests on: a call more or less
+    /// moves it by a call in this time.
+    span: f64,
+}
+
+impl Estimate {
+    /// The rate that measures the capacity: its burst beyond it in
+    /// [`MEASURE`].
+    fn measure(&self) -> f64 {
+        self.capacity + self.burst / MEASURE.as_secs_f64()
+    }
+}
 
 /// What the upstream said about a call: the signals that move the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -199,43 +229,40 @@ impl CurveState {
     }
 
     /// A call sent at `sent_at` was refused: the plateau moves just under
-    /// the capacity the upstream's line estimates, and holds there; without
-    /// an estimate, to the plateau held before if the refusal ended a probe
+    /// the capacity the upstream's line estimates, and holds there (or, if
+    /// the estimate rests on too few calls to tell it to a few percent,
+    /// just above it, once, to measure it: the next refusal comes a few
+    /// seconds after the pause, from calls that tell it); without an
+    /// estimate, to the plateau held before if the refusal ended a probe
     /// beyond it, or else to the rate refused times `decrease` (its square
     /// for the first refusal: the starting rate was a guess), briefly.
     fn refuse(&mut self, sent_at: Instant, sent: Option<f64>, tuning: &Tuning, now: Instant) {
         let rate = self.rate(tuning, sent_at);
-        let after = sent_at.saturating_duration_since(self.origin).as_secs_f64();
-        let paced = self.sent_until(tuning, sent_at);
+        // The upstream's bucket ran dry between the call before and this
+        // one: halfway, on average (from far above, the calls are few and
+        // a whole spacing would skew the line).
+        let after =
+            (sent_at.saturating_duration_since(self.origin).as_secs_f64() - 0.5 / rate).max(0.0);
         let point = Point {
             after,
-            sent: sent.unwrap_or(paced),
+            sent: sent.map_or_else(
+                || self.sent_until(tuning, self.origin + Duration::from_secs_f64(after)),
+                |sent| (sent - 0.5).max(0.0),
+            ),
         };
-        // The calls went out at this share of the curve's rate (a busy
-        // machine sends fewer than the pace allows).
-        let share = if paced > 0.0 {
-            (point.sent / paced).clamp(0.5, 2.0)
-        } else {
-            1.0
-        };
-        let estimate = match self.point {
-            // The burst is known: the capacity is what it covers the excess
-            // over, whatever the curve's shape.
-            Some(Point { after: 0.0, sent }) => {
-                self.capacity_beyond(|_| sent, after, share, tuning)
-            }
-            // The first refusal (from a full bucket, above the capacity
-            // from its start) is `a + C·T`: its burst, for each capacity.
-            Some(first) if (after - first.after).abs() >= MIN_SPAN => {
-                let burst = |capacity| first.sent - capacity * first.after;
-                self.capacity_beyond(burst, after, share, tuning)
-            }
-            _ => None,
-        }
-        .filter(|&(capacity, burst)| capacity >= rate * LEAST_ESTIMATE && burst >= 0.5);
+        let estimate = self
+            .estimate(point, tuning)
+            .filter(|e| e.capacity >= rate * LEAST_ESTIMATE && e.burst >= 0.5);
         let probed = self.probing(sent_at) > 0.0 && self.hold >= SHORT_HOLD;
+        // A brief segment after an estimate (one that measured it, or a
+        // cut) is not measured again: a change of limit costs at most three
+        // refusals.
+        let brief = self.hold == SHORT_HOLD && self.point.is_some_and(|p| p.after == 0.0);
         let (plateau, hold) = match estimate {
-            Some((capacity, _)) => (capacity * MARGIN, tuning.hold),
+            Some(e) if e.capacity * e.span < PRECISE_CALLS && e.measure() < rate && !brief => {
+                (e.measure(), SHORT_HOLD)
+            }
+            Some(e) => (e.capacity * MARGIN, tuning.hold),
             None if probed => (self.plateau, tuning.hold),
             None if self.point.is_none() => (rate * tuning.decrease.powi(2), SHORT_HOLD),
             None => (rate * tuning.decrease, SHORT_HOLD),
@@ -244,9 +271,9 @@ impl CurveState {
         // else the first refusal (unless it was sent before the segment
         // began: another process's pause).
         self.point = match estimate {
-            Some((_, burst)) => Some(Point {
+            Some(e) => Some(Point {
                 after: 0.0,
-                sent: burst,
+                sent: e.burst,
             }),
             None if self.point.is_none() && after > 0.0 => Some(point),
             None => self.point,
@@ -254,27 +281,73 @@ impl CurveState {
         self.restart(plateau.min(rate), hold, now);
     }
 
-    /// The capacity over which the calls sent in the first `after` seconds
-    /// of the segment (at `share` of the curve's rate) exceed it by the
-    /// upstream's burst (the calls an upstream with a full bucket serves
-    /// beyond its rate before it refuses one), `burst(capacity)`; and that
-    /// burst. `None` if even the floor is not exceeded that much.
+    /// The capacity and burst the refusal at `point` tells, with the last
+    /// one (or the burst) known.
+    fn estimate(&self, point: Point, tuning: &Tuning) -> Option<Estimate> {
+        let paced = self.sent_until(tuning, self.origin + Duration::from_secs_f64(point.after));
+        // The calls went out at this share of the curve's rate (a busy
+        // machine sends fewer than the pace allows).
+        let share = if paced > 0.0 {
+            (point.sent / paced).clamp(0.5, 2.0)
+        } else {
+            1.0
+        };
+        // The burst is known (a point at 0 s), or the first refusal (from a
+        // full bucket, above the capacity from its start) is `a + C·T`: the
+        // burst, for each capacity.
+        let first = self.point?;
+        let burst = |capacity: f64| first.sent - capacity * first.after;
+        // A pause shorter than the bucket takes to refill (tower_governor's
+        // `Retry-After: 0`) leaves it part full: what the capacity refilled
+        // since the last refusal emptied it.
+        let refill = self.refilled();
+        let level = |capacity: f64| burst(capacity).min(capacity * refill);
+        let capacity = self.capacity_beyond((level, burst), point.after, share, tuning)?;
+        let burst = burst(capacity);
+        // The calls the estimate rests on: since the bucket was full, or
+        // since it was empty.
+        let mut span = (point.after - first.after).abs();
+        if capacity * refill < burst {
+            span = point.after + refill;
+        }
+        (first.after == 0.0 || span >= MIN_SPAN).then_some(Estimate {
+            capacity,
+            burst,
+            span,
+        })
+    }
+
+    /// Seconds from the last refusal (the upstream's bucket empty) to the
+    /// segment's start (the bucket refilling meanwhile); unbounded if none.
+    fn refilled(&self) -> f64 {
+        self.refused_until.map_or(f64::INFINITY, |at| {
+            self.origin.saturating_duration_since(at).as_secs_f64()
+        })
+    }
+
+    /// The capacity at which the upstream's bucket, holding
+    /// `level(capacity)` calls at the segment's start and at most
+    /// `burst(capacity)`, runs dry `after` seconds into the segment, with
+    /// calls sent at `share` of the curve's rate. `None` if even at the
+    /// floor it does not.
     fn capacity_beyond(
         &self,
-        burst: impl Fn(f64) -> f64,
+        (level, burst): (impl Fn(f64) -> f64, impl Fn(f64) -> f64),
         after: f64,
         share: f64,
         tuning: &Tuning,
-    ) -> Option<(f64, f64)> {
+    ) -> Option<f64> {
         let step = after / f64::from(INTEGRATION_STEPS);
+        // The bucket never ran dry at this capacity: it is lower.
         let short = |capacity: f64| {
-            let excess: f64 = (0..INTEGRATION_STEPS)
-                .map(|n| {
-                    let at = (f64::from(n) + 0.5) * step;
-                    (self.rate_after(tuning, at) * share - capacity).max(0.0) * step
-                })
-                .sum();
-            excess < burst(capacity)
+            let full = burst(capacity);
+            let mut held = level(capacity);
+            (0..INTEGRATION_STEPS).all(|n| {
+                let at = (f64::from(n) + 0.5) * step;
+                let rate = self.rate_after(tuning, at) * share;
+                held = (held + (capacity - rate) * step).min(full);
+                held > 0.0
+            })
         };
         let (mut low, mut high) = (tuning.floor, self.rate_after(tuning, after) * share);
         if short(low) {
@@ -288,7 +361,7 @@ impl CurveState {
                 low = middle;
             }
         }
-        Some((low, burst(low)))
+        Some(low)
     }
 
     /// Cuts the rate by the share of [`DRAIN`] a call waited in the
@@ -349,9 +422,10 @@ impl Curve {
     }
 
     /// The signal of a refusal, answered `now`, of a call sent at
-    /// `sent_at`, with the calls sent since the segment began until then if
-    /// the limiter counted its grants (`granted` so far, of which those
-    /// since `sent_at` went out at the curve's rate).
+    /// `sent_at`, with the calls sent since the segment began until then
+    /// (before it) if the limiter counted its grants (`granted` so far,
+    /// the refused call's among them, and those since `sent_at` at the
+    /// curve's rate).
     pub(super) fn refusal(&self, sent_at: Instant, granted: Option<u64>, now: Instant) -> Signal {
         let since = now.saturating_duration_since(sent_at).as_secs_f64();
         let in_flight = self.rate(sent_at) * since;
@@ -359,7 +433,7 @@ impl Curve {
             sent_at,
             sent: granted.map(|granted| {
                 let sent = granted.saturating_sub(self.granted_before) as f64;
-                (sent - in_flight).max(0.0)
+                (sent - in_flight - 1.0).max(0.0)
             }),
         }
     }
