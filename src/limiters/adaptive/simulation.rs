@@ -331,7 +331,7 @@ mod tests {
                     let mut granted = 0;
                     while Instant::now() < until {
                         drop(
-                            crate::LimiterExt::acquire(&limiter)
+                            crate::limiter::LimiterExt::acquire(&limiter)
                                 .await
                                 .expect("in memory"),
                         );
