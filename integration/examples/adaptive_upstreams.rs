@@ -19,6 +19,9 @@
 //! `SECONDS` (default 30) is how long each limit lasts; `KIND`s (default
 //! all) are `nodelay`, `queueing`, `governor`, `stated`, `changing`,
 //! each optionally suffixed with `:1` or `:4` for one process or four.
+//! With `TOWER_LIMITS_ADAPTIVE_WATCHDOG=1` in the environment, each client
+//! prints a `STALL` line for every 100 ms in which it let no call through,
+//! with what its limiter says then.
 
 use std::io::Write;
 use std::process::Command;

@@ -36,6 +36,11 @@ pub(crate) const PROCESSES: usize = 4;
 /// `<url> <redis prefix> <start rate> <seconds>`.
 pub(crate) const WORKER_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WORKER";
 
+/// Set (to anything) to print `STALL` lines: every 100 ms without a call
+/// let through, what the limiter says (for the unexplained stalls of issue
+/// 21, which the upstream sees as seconds without a request or a refusal).
+pub(crate) const WATCHDOG_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WATCHDOG";
+
 /// Sends requests from `callers` tasks through the feedback and limit
 /// layers until stopped; counts the errors (every request ends in a
 /// response or an error).
@@ -44,6 +49,39 @@ pub(crate) struct Driver {
     answered: Arc<AtomicU64>,
     failed: Arc<Mutex<Vec<String>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Prints a `STALL` line for every 100 ms in which no call was let through
+/// (`sent` did not move), with when the limiter says the next may go, until
+/// `stop`.
+async fn watch<L: Limiter>(limiter: L, sent: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+    let start = tokio::time::Instant::now();
+    let (mut last, mut quiet_since) = (0, start);
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = tokio::time::Instant::now();
+        let count = sent.load(Ordering::Relaxed);
+        if count != last {
+            (last, quiet_since) = (count, now);
+            continue;
+        }
+        let wait = limiter
+            .next_available_time()
+            .await
+            .ok()
+            .map(|at| at.saturating_duration_since(now));
+        let why = match wait {
+            Some(wait) if wait > Duration::from_millis(10) => "the limiter holds calls back",
+            Some(_) => "the limiter would admit one: not the limiter",
+            None => "the limiter could not say",
+        };
+        println!(
+            "STALL at {:.1} s: nothing let through for {} ms ({count} sent); \
+             next available in {wait:?}: {why}",
+            (now - start).as_secs_f64(),
+            (now - quiet_since).as_millis(),
+        );
+    }
 }
 
 impl Driver {
@@ -65,21 +103,28 @@ impl Driver {
         });
         let client = ServiceBuilder::new()
             .layer(feedback)
-            .layer(LimitLayer::new(limiter))
+            .layer(LimitLayer::new(limiter.clone()))
             .service(upstream);
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(Mutex::new(Vec::new()));
+        let sent = Arc::new(AtomicU64::new(0));
+        if std::env::var_os(WATCHDOG_VAR).is_some() {
+            tokio::spawn(watch(limiter.clone(), sent.clone(), stop.clone()));
+        }
         let tasks = (0..callers)
             .map(|_| {
                 let mut client = client.clone();
                 let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
-                let url = url.to_owned();
+                let (url, sent) = (url.to_owned(), sent.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let request = Request::get(&url).body(Empty::new()).unwrap();
                         let outcome = match client.ready().await {
-                            Ok(ready) => ready.call(request).await.map(drop),
+                            Ok(ready) => {
+                                sent.fetch_add(1, Ordering::Relaxed);
+                                ready.call(request).await.map(drop)
+                            }
                             Err(error) => Err(error),
                         };
                         match outcome {
@@ -204,6 +249,10 @@ pub(crate) async fn run(plan: Plan, worker: impl Fn() -> Command) -> Option<Run>
             .unwrap()
             .unwrap();
         let said = String::from_utf8_lossy(&output.stdout);
+        // A worker's watchdog (see `WATCHDOG_VAR`) speaks through its parent.
+        for stall in said.lines().filter(|line| line.starts_with("STALL")) {
+            println!("worker {stall}");
+        }
         failed.extend(
             said.lines()
                 .filter_map(|line| line.strip_prefix("failed: "))
