@@ -20,8 +20,8 @@
 //! all) are `nodelay`, `queueing`, `governor`, `stated`, `changing`,
 //! each optionally suffixed with `:1` or `:4` for one process or four.
 //! With `TOWER_LIMITS_ADAPTIVE_WATCHDOG=1` in the environment, each client
-//! prints a `STALL` line for every 100 ms in which it let no call through,
-//! with what its limiter says then.
+//! prints `STALL` lines while it let no call through for 300 ms or more
+//! although its limiter would admit one (a stall no refusal explains).
 
 use std::io::Write;
 use std::process::Command;

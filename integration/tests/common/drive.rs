@@ -36,9 +36,9 @@ pub(crate) const PROCESSES: usize = 4;
 /// `<url> <redis prefix> <start rate> <seconds>`.
 pub(crate) const WORKER_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WORKER";
 
-/// Set (to anything) to print `STALL` lines: every 100 ms without a call
-/// let through, what the limiter says (for the unexplained stalls of issue
-/// 21, which the upstream sees as seconds without a request or a refusal).
+/// Set (to anything) to print `STALL` lines (see [`watch`]): for the
+/// unexplained stalls of issue 21, which the upstream sees as seconds
+/// without a request or a refusal.
 pub(crate) const WATCHDOG_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WATCHDOG";
 
 /// Sends requests from `callers` tasks through the feedback and limit
@@ -51,9 +51,17 @@ pub(crate) struct Driver {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Prints a `STALL` line for every 100 ms in which no call was let through
-/// (`sent` did not move), with when the limiter says the next may go, until
-/// `stop`.
+/// How long a client may let no call through, while its limiter would admit
+/// one, before it is a stall: longer than a fleet worker's spacing (four
+/// processes at 20/s space their calls 200 ms apart).
+const STALL: Duration = Duration::from_millis(300);
+
+/// Prints a `STALL` line, every 100 ms, while no call was let through
+/// (`sent` did not move) for [`STALL`] or more although the limiter says
+/// one may go now, until `stop`: the stalls of issue 21 that no refusal
+/// explains. (A limiter holding calls back, as after a refusal, is not one;
+/// nor, in a fleet, is a process kept quiet while the others take the
+/// slots of the shared rate: there, a stall is every worker quiet at once.)
 async fn watch<L: Limiter>(limiter: L, sent: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
     let start = tokio::time::Instant::now();
     let (mut last, mut quiet_since) = (0, start);
@@ -65,22 +73,17 @@ async fn watch<L: Limiter>(limiter: L, sent: Arc<AtomicU64>, stop: Arc<AtomicBoo
             (last, quiet_since) = (count, now);
             continue;
         }
-        let wait = limiter
-            .next_available_time()
-            .await
-            .ok()
-            .map(|at| at.saturating_duration_since(now));
-        let why = match wait {
-            Some(wait) if wait > Duration::from_millis(10) => "the limiter holds calls back",
-            Some(_) => "the limiter would admit one: not the limiter",
-            None => "the limiter could not say",
+        let Ok(next) = limiter.next_available_time().await else {
+            continue;
         };
-        println!(
-            "STALL at {:.1} s: nothing let through for {} ms ({count} sent); \
-             next available in {wait:?}: {why}",
-            (now - start).as_secs_f64(),
-            (now - quiet_since).as_millis(),
-        );
+        if now - quiet_since >= STALL && next <= now + Duration::from_millis(10) {
+            println!(
+                "STALL at {:.1} s: nothing let through for {} ms ({count} sent), \
+                 though the limiter would admit a call",
+                (now - start).as_secs_f64(),
+                (now - quiet_since).as_millis(),
+            );
+        }
     }
 }
 
