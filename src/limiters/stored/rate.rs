@@ -408,11 +408,13 @@ impl<S: QuotaStore> Limiter for RateLimiter<S> {
     }
 
     fn peek(&self, cost: u32) -> LimiterFuture<'_, Result<Option<Denial>, LimiterError>> {
-        let shared = &*self.shared;
-        if let Err(error) = CostTooHigh::check(cost, shared.quota.load().capacity()) {
-            return LimiterFuture::ready(Err(error));
-        }
-        let look = shared.ask(move |store, key, quota| store.look(key, quota, cost));
+        // One reading of the quota: the cost is checked against the quota looked at.
+        let look = self.shared.ask(move |store, key, quota| {
+            match CostTooHigh::check(cost, quota.capacity()) {
+                Ok(()) => store.look(key, quota, cost),
+                Err(error) => LimiterFuture::ready(Err(error)),
+            }
+        });
         let denial = |blocked: Option<Instant>| blocked.map(Denial::until);
         match look.into_ready() {
             Ok(result) => LimiterFuture::ready(result.map(denial)),
