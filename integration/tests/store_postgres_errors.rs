@@ -193,5 +193,20 @@ async fn cleanup_deletes_dead_rows_only() {
     assert_eq!(store.cleanup().await.unwrap(), 5);
     assert_eq!(store.cleanup().await.unwrap(), 0);
     assert_eq!(store.leases_held(&long).await.unwrap(), 2);
+    // Every other algorithm's row, a second after its window: one each,
+    // and the log's sliding state.
+    let window = Duration::from_millis(10);
+    let quotas = [
+        Quota::gcra(100, window).unwrap(),
+        Quota::fixed_window(5, window).unwrap(),
+        Quota::sliding_window_counter(5, window).unwrap(),
+    ];
+    for (index, quota) in quotas.iter().enumerate() {
+        let key = store.quota_key(&format!("quota-{index}"));
+        store.decide(&key, quota, 1).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(store.cleanup().await.unwrap(), 4);
+    assert_eq!(store.leases_held(&long).await.unwrap(), 2);
     drop_schema(&url, &schema).await;
 }

@@ -40,6 +40,16 @@ pub struct Quota {
 }
 
 /// A quota's algorithm and limits, validated.
+//
+// Adding a counting algorithm touches ten files: its decision in
+// `algorithms/x.rs` (and `algorithms/mod.rs`), its kind and constructor
+// here, its in-memory state in `quota_state.rs`, and in each remote store
+// its code and the one table that lists it: `redis/x.lua` and
+// `redis/quota.rs` (`QuotaScript`), `postgres/x.sql` and
+// `postgres/quota.rs` (`QuotaFunction`; `cleanup.sql` sweeps any table
+// with an `expires` column), `sqlite/quota/x.rs` (its rows and tables)
+// and `sqlite/quota/mod.rs`. The golden vectors and the conformance suite
+// then hold it to the same answers on every store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum QuotaKind {
     /// GCRA (and token bucket): one cell every `interval`, `burst` at once.

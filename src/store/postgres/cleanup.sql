@@ -14,10 +14,15 @@ DECLARE
   v_rows bigint;
   v_total bigint := 0;
 BEGIN
-  FOR v_table, v_column IN VALUES
-    ('sliding_log', 'expires'), ('sliding_state', 'expires'), ('cells', 'expires'),
-    ('fixed_windows', 'expires'), ('sliding_window_counters', 'expires'),
-    ('leases', 'expires'), ('lease_pauses', 'until'), ('curves', 'expires')
+  -- Every table of the schema with an `expires` column (each algorithm's
+  -- state, the leases, the curves), and the lease pauses.
+  FOR v_table, v_column IN
+    SELECT c.relname::text, a.attname::text
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid
+      WHERE c.relnamespace = to_regnamespace(__SCHEMA_LITERAL__) AND c.relkind = 'r'
+        AND a.attname = 'expires' AND NOT a.attisdropped
+    UNION ALL VALUES ('lease_pauses', 'until')
   LOOP
     EXECUTE format(
       'DELETE FROM %1$s.%2$I WHERE ctid = ANY (ARRAY('

@@ -26,6 +26,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
+use self::quota::QuotaFunction;
 use self::reply::Reply;
 use super::late::{self, Late};
 use super::{StoreError, StoreErrorKind};
@@ -41,16 +42,17 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The schema's SQL, in the order it must run; `__SCHEMA__` stands for the
 /// quoted schema name, `__SCHEMA_LITERAL__` for it as a string literal.
-const SCHEMA_SQL: [&str; 8] = [
-    include_str!("common.sql"),
-    include_str!("sliding_log.sql"),
-    include_str!("cells.sql"),
-    include_str!("fixed_window.sql"),
-    include_str!("sliding_window_counter.sql"),
-    include_str!("leases.sql"),
-    include_str!("curve.sql"),
-    include_str!("cleanup.sql"),
-];
+fn schema_sql() -> impl Iterator<Item = &'static str> {
+    let quotas = QuotaFunction::ALL.map(QuotaFunction::sql);
+    [include_str!("common.sql")]
+        .into_iter()
+        .chain(quotas)
+        .chain([
+            include_str!("leases.sql"),
+            include_str!("curve.sql"),
+            include_str!("cleanup.sql"),
+        ])
+}
 
 /// A store in PostgreSQL, shared by every process that connects to the
 /// database: a [`QuotaStore`](super::QuotaStore) (GCRA, token bucket, fixed
@@ -112,10 +114,7 @@ struct Inner {
 /// Which of the [`Statements`] a call runs.
 #[derive(Clone, Copy, Debug)]
 enum StatementName {
-    SlidingLog,
-    Cells,
-    FixedWindow,
-    SlidingWindowCounter,
+    Quota(QuotaFunction),
     Leases,
     Curve,
 }
@@ -154,12 +153,9 @@ impl Inner {
     }
 }
 
-/// The one statement of each strategy.
+/// The one statement of each function.
 struct Statements {
-    sliding_log: String,
-    cells: String,
-    fixed_window: String,
-    sliding_window_counter: String,
+    quotas: [String; QuotaFunction::ALL.len()],
     leases: String,
     curve: String,
     cleanup: String,
@@ -172,10 +168,7 @@ impl Statements {
             format!("SELECT {schema}.{function}({})", params.join(", "))
         };
         Self {
-            sliding_log: call("sliding_log", 9),
-            cells: call("cells", 5),
-            fixed_window: call("fixed_window", 5),
-            sliding_window_counter: call("sliding_window_counter", 5),
+            quotas: QuotaFunction::ALL.map(|quota| call(quota.name(), quota.arity())),
             leases: call("leases", 3),
             curve: call("curve", 3),
             cleanup: call("cleanup", 1),
@@ -184,10 +177,7 @@ impl Statements {
 
     fn get(&self, name: StatementName) -> &str {
         match name {
-            StatementName::SlidingLog => &self.sliding_log,
-            StatementName::Cells => &self.cells,
-            StatementName::FixedWindow => &self.fixed_window,
-            StatementName::SlidingWindowCounter => &self.sliding_window_counter,
+            StatementName::Quota(function) => &self.quotas[function as usize],
             StatementName::Leases => &self.leases,
             StatementName::Curve => &self.curve,
         }
@@ -358,8 +348,7 @@ impl PostgresStore {
     async fn create_schema(&self) -> Result<(), LimiterError> {
         let schema = quoted(&self.inner.schema);
         let literal = format!("'{}'", schema.replace('\'', "''"));
-        let sql: String = SCHEMA_SQL
-            .iter()
+        let sql: String = schema_sql()
             .map(|part| {
                 part.replace("__SCHEMA_LITERAL__", &literal)
                     .replace("__SCHEMA__", &schema)

@@ -13,6 +13,57 @@ use crate::store::late::{self, Late};
 use crate::store::quota::{log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
+/// The function of each quota algorithm, defined by its SQL file: adding
+/// an algorithm adds it here and its parameters to
+/// [`PostgresStore::quota_op`]. Its state table has an `expires` column,
+/// which `cleanup.sql` sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum QuotaFunction {
+    SlidingLog,
+    Cells,
+    FixedWindow,
+    SlidingWindowCounter,
+}
+
+impl QuotaFunction {
+    /// Every quota function, in the order of their discriminants (and in
+    /// which their SQL runs).
+    pub(super) const ALL: [Self; 4] = [
+        Self::SlidingLog,
+        Self::Cells,
+        Self::FixedWindow,
+        Self::SlidingWindowCounter,
+    ];
+
+    /// The function's name in the schema.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::SlidingLog => "sliding_log",
+            Self::Cells => "cells",
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindowCounter => "sliding_window_counter",
+        }
+    }
+
+    /// How many parameters the function takes.
+    pub(super) fn arity(self) -> usize {
+        match self {
+            Self::SlidingLog => 9,
+            _ => 5,
+        }
+    }
+
+    /// The SQL that creates the function and its tables.
+    pub(super) fn sql(self) -> &'static str {
+        match self {
+            Self::SlidingLog => include_str!("sliding_log.sql"),
+            Self::Cells => include_str!("cells.sql"),
+            Self::FixedWindow => include_str!("fixed_window.sql"),
+            Self::SlidingWindowCounter => include_str!("sliding_window_counter.sql"),
+        }
+    }
+}
+
 impl PostgresStore {
     /// Runs operation `op` of `quota`'s function with `args` and reads the
     /// reply with `read`; a late reply goes where `late` says.
@@ -26,7 +77,7 @@ impl PostgresStore {
         late: Late<T>,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
         let name = key.name.clone();
-        let (statement, params): (_, Params) = match quota.kind() {
+        let (function, params): (_, Params) = match quota.kind() {
             QuotaKind::Cells { interval, burst } => {
                 let tick = interval.as_secs_f64() * 1e6;
                 let burst = i64::from(burst);
@@ -37,21 +88,21 @@ impl PostgresStore {
                     Box::new(burst),
                     Box::new(args),
                 ];
-                (StatementName::Cells, params)
+                (QuotaFunction::Cells, params)
             }
             QuotaKind::FixedWindow { max, window } => (
-                StatementName::FixedWindow,
+                QuotaFunction::FixedWindow,
                 window_params(op, name, max, micros(window), args),
             ),
             QuotaKind::SlidingWindowCounter { max, window } => (
-                StatementName::SlidingWindowCounter,
+                QuotaFunction::SlidingWindowCounter,
                 window_params(op, name, max, micros(window), args),
             ),
             QuotaKind::SlidingLog { .. } => {
-                (StatementName::SlidingLog, log_params(op, name, quota, args))
+                (QuotaFunction::SlidingLog, log_params(op, name, quota, args))
             }
         };
-        self.run(statement, params, read, late)
+        self.run(StatementName::Quota(function), params, read, late)
     }
 }
 
@@ -187,5 +238,18 @@ impl QuotaStore for PostgresStore {
         quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
         self.quota_op(key, quota, "reset", Vec::new(), |_| Ok(()), Late::Drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QuotaFunction;
+
+    /// `Statements` finds a quota's statement at its discriminant in `ALL`.
+    #[test]
+    fn every_quota_function_is_listed_at_its_discriminant() {
+        for (index, function) in QuotaFunction::ALL.into_iter().enumerate() {
+            assert_eq!(function as usize, index, "{function:?}");
+        }
     }
 }

@@ -21,6 +21,7 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 use tokio::time::Instant;
 
+use self::quota::QuotaScript;
 use super::late::{self, Late};
 use super::{StoreError, StoreErrorKind, WindowDecision};
 use crate::error::LimiterError;
@@ -81,58 +82,41 @@ struct Inner {
     scripts: Scripts,
 }
 
+/// The store's scripts: one per [`QuotaScript`], and the lease and curve
+/// scripts.
 struct Scripts {
+    quotas: [Script; QuotaScript::ALL.len()],
     curve: Script,
-    sliding_log: Script,
-    cells: Script,
-    fixed_window: Script,
-    sliding_window_counter: Script,
     leases: Script,
 }
 
 /// Which of the [`Scripts`] a call runs.
 #[derive(Clone, Copy, Debug)]
 enum ScriptName {
+    Quota(QuotaScript),
     Curve,
-    SlidingLog,
-    Cells,
-    FixedWindow,
-    SlidingWindowCounter,
     Leases,
 }
 
 impl Scripts {
     fn load() -> Self {
         Self {
+            quotas: QuotaScript::ALL.map(|script| with_status(script.source())),
             curve: Script::new(include_str!("curve.lua")),
-            sliding_log: with_status(include_str!("sliding_log.lua")),
-            cells: with_status(include_str!("cells.lua")),
-            fixed_window: with_status(include_str!("fixed_window.lua")),
-            sliding_window_counter: with_status(include_str!("sliding_window_counter.lua")),
             leases: Script::new(include_str!("leases.lua")),
         }
     }
 
     fn get(&self, name: ScriptName) -> &Script {
         match name {
+            ScriptName::Quota(script) => &self.quotas[script as usize],
             ScriptName::Curve => &self.curve,
-            ScriptName::SlidingLog => &self.sliding_log,
-            ScriptName::Cells => &self.cells,
-            ScriptName::FixedWindow => &self.fixed_window,
-            ScriptName::SlidingWindowCounter => &self.sliding_window_counter,
             ScriptName::Leases => &self.leases,
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
-        [
-            &self.curve,
-            &self.sliding_log,
-            &self.cells,
-            &self.fixed_window,
-            &self.sliding_window_counter,
-            &self.leases,
-        ]
+    fn all(&self) -> impl Iterator<Item = &Script> {
+        self.quotas.iter().chain([&self.curve, &self.leases])
     }
 }
 

@@ -14,19 +14,49 @@ use crate::store::late::{self, Late};
 use crate::store::quota::{log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
+/// The script of each quota algorithm: adding an algorithm adds its
+/// script here and its arguments to [`RedisStore::quota_script`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum QuotaScript {
+    Cells,
+    FixedWindow,
+    SlidingWindowCounter,
+    SlidingLog,
+}
+
+impl QuotaScript {
+    /// Every quota script, in the order of their discriminants.
+    pub(super) const ALL: [Self; 4] = [
+        Self::Cells,
+        Self::FixedWindow,
+        Self::SlidingWindowCounter,
+        Self::SlidingLog,
+    ];
+
+    /// The script's Lua source (without `status.lua`).
+    pub(super) fn source(self) -> &'static str {
+        match self {
+            Self::Cells => include_str!("cells.lua"),
+            Self::FixedWindow => include_str!("fixed_window.lua"),
+            Self::SlidingWindowCounter => include_str!("sliding_window_counter.lua"),
+            Self::SlidingLog => include_str!("sliding_log.lua"),
+        }
+    }
+}
+
 impl RedisStore {
     /// The script of `quota`'s algorithm and its leading arguments.
-    fn quota_script(quota: &Quota) -> (ScriptName, Vec<String>) {
+    fn quota_script(quota: &Quota) -> (QuotaScript, Vec<String>) {
         match quota.kind() {
             QuotaKind::Cells { interval, burst } => {
                 let micros = interval.as_secs_f64() * 1e6;
-                (ScriptName::Cells, args(&[&micros, &burst]))
+                (QuotaScript::Cells, args(&[&micros, &burst]))
             }
             QuotaKind::FixedWindow { max, window } => {
-                (ScriptName::FixedWindow, args(&[&max, &micros(window)]))
+                (QuotaScript::FixedWindow, args(&[&max, &micros(window)]))
             }
             QuotaKind::SlidingWindowCounter { max, window } => (
-                ScriptName::SlidingWindowCounter,
+                QuotaScript::SlidingWindowCounter,
                 args(&[&max, &micros(window)]),
             ),
             QuotaKind::SlidingLog {
@@ -38,7 +68,7 @@ impl RedisStore {
                     (micros(b.initial).max(1), b.multiplier, micros(b.max))
                 });
                 let arguments = args(&[&max, &micros(window), &initial, &multiplier, &cap]);
-                (ScriptName::SlidingLog, arguments)
+                (QuotaScript::SlidingLog, arguments)
             }
         }
     }
@@ -58,7 +88,7 @@ impl RedisStore {
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
         let (script, mut arguments) = Self::quota_script(quota);
         let op = match script {
-            ScriptName::SlidingLog => {
+            QuotaScript::SlidingLog => {
                 let (op, jitter) = log_op(op, quota);
                 extra.extend(jitter.map(|jitter| jitter.to_string()));
                 op
@@ -67,7 +97,8 @@ impl RedisStore {
         };
         arguments.insert(0, op.to_owned());
         arguments.extend(extra);
-        self.run(script, script_keys(key, script), arguments, parse, late)
+        let keys = script_keys(key, script);
+        self.run(ScriptName::Quota(script), keys, arguments, parse, late)
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), LimiterError> {
@@ -189,10 +220,23 @@ impl QuotaStore for RedisStore {
 /// (`quota`, `gaps`), or a sliding log's (`log`, `state`). Kept apart, so
 /// that a limit whose quota changes algorithm never finds a key of the
 /// other's type.
-fn script_keys(key: &RedisKey, script: ScriptName) -> &[String] {
+fn script_keys(key: &RedisKey, script: QuotaScript) -> &[String] {
     let (state, log) = key.parts.split_at(2.min(key.parts.len()));
     match script {
-        ScriptName::SlidingLog => log,
+        QuotaScript::SlidingLog => log,
         _ => state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QuotaScript;
+
+    /// `Scripts` finds a quota's script at its discriminant in `ALL`.
+    #[test]
+    fn every_quota_script_is_listed_at_its_discriminant() {
+        for (index, script) in QuotaScript::ALL.into_iter().enumerate() {
+            assert_eq!(script as usize, index, "{script:?}");
+        }
     }
 }

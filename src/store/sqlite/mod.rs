@@ -17,14 +17,10 @@
 //! `lease`, `curve`, and `schema` (the tables and the sweep of expired
 //! rows).
 
-mod cells;
 mod curve;
-mod fixed_window;
 mod lease;
 mod quota;
 mod schema;
-mod sliding_log;
-mod sliding_window_counter;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -20,58 +20,21 @@ pub(super) const SWEEP_EVERY: i64 = 10_000_000_000;
 /// (nanoseconds), as a Redis key outlives its window by a second.
 pub(super) const GRACE: i64 = 1_000_000_000;
 
-/// Every table, each with an `expires` column and an index on it.
-const TABLES: [&str; 8] = [
-    "tower_limits_starts",
-    "tower_limits_backoffs",
-    "tower_limits_cells",
-    "tower_limits_fixed_windows",
-    "tower_limits_sliding_windows",
-    "tower_limits_leases",
-    "tower_limits_lease_pauses",
-    "tower_limits_curves",
-];
+/// A kind of state's tables, each with an `expires` column, and the SQL
+/// that creates them.
+pub(super) struct Tables {
+    pub(super) names: &'static [&'static str],
+    pub(super) create: &'static str,
+}
 
-const CREATE: &str = "
-CREATE TABLE IF NOT EXISTS tower_limits_starts (
-    name TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    expires INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tower_limits_starts_by_name ON tower_limits_starts (name, at);
-CREATE TABLE IF NOT EXISTS tower_limits_backoffs (
-    name TEXT PRIMARY KEY,
-    next_available INTEGER NOT NULL,
-    backoff INTEGER,
-    escalated INTEGER NOT NULL,
-    escalated_next_available INTEGER NOT NULL,
-    escalated_backoff INTEGER,
-    expires INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tower_limits_cells (
-    name TEXT PRIMARY KEY,
-    tat INTEGER NOT NULL,
-    next_available INTEGER NOT NULL,
-    cut INTEGER NOT NULL DEFAULT 0,
-    retuned INTEGER NOT NULL DEFAULT 0,
-    gaps BLOB NOT NULL DEFAULT x'',
-    expires INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tower_limits_fixed_windows (
-    name TEXT PRIMARY KEY,
-    window_index INTEGER NOT NULL,
-    count INTEGER NOT NULL,
-    next_available INTEGER NOT NULL,
-    expires INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tower_limits_sliding_windows (
-    name TEXT PRIMARY KEY,
-    window_index INTEGER NOT NULL,
-    current INTEGER NOT NULL,
-    previous INTEGER NOT NULL,
-    next_available INTEGER NOT NULL,
-    expires INTEGER NOT NULL
-) WITHOUT ROWID;
+/// The leases' and the curves' tables.
+const SHARED: Tables = Tables {
+    names: &[
+        "tower_limits_leases",
+        "tower_limits_lease_pauses",
+        "tower_limits_curves",
+    ],
+    create: "
 CREATE TABLE IF NOT EXISTS tower_limits_leases (
     name TEXT NOT NULL,
     lease INTEGER NOT NULL,
@@ -93,7 +56,14 @@ CREATE TABLE IF NOT EXISTS tower_limits_curves (
     w6 INTEGER NOT NULL,
     expires INTEGER NOT NULL
 ) WITHOUT ROWID;
-";
+",
+};
+
+/// Every table: each quota algorithm's (`quota::TABLES`), then the
+/// leases' and the curves'.
+fn all_tables() -> impl Iterator<Item = &'static Tables> {
+    super::quota::TABLES.iter().chain([&SHARED])
+}
 
 /// Sets up a new connection: the busy timeout, WAL (readers never wait for
 /// the writer, and several processes share the file) and `NORMAL` syncing
@@ -108,7 +78,9 @@ pub(super) fn configure(connection: &mut Connection, timeout: Duration) -> rusql
 /// Creates every table and index that is missing, and brings a cells table
 /// of an earlier version (a generation instead of slots) up to date.
 pub(super) fn create(tx: &Transaction<'_>, _now: Now) -> rusqlite::Result<()> {
-    tx.execute_batch(CREATE)?;
+    for tables in all_tables() {
+        tx.execute_batch(tables.create)?;
+    }
     let has_generation: bool = tx
         .prepare("SELECT 1 FROM pragma_table_info('tower_limits_cells') WHERE name = 'generation'")?
         .exists([])?;
@@ -123,7 +95,7 @@ pub(super) fn create(tx: &Transaction<'_>, _now: Now) -> rusqlite::Result<()> {
              ALTER TABLE tower_limits_cells ADD COLUMN gaps BLOB NOT NULL DEFAULT x'';",
         )?;
     }
-    for table in TABLES {
+    for &table in all_tables().flat_map(|tables| tables.names) {
         tx.execute_batch(&format!(
             "CREATE INDEX IF NOT EXISTS {table}_by_expiry ON {table} (expires)"
         ))?;
@@ -134,7 +106,7 @@ pub(super) fn create(tx: &Transaction<'_>, _now: Now) -> rusqlite::Result<()> {
 /// Deletes every expired row; answers how many.
 pub(super) fn sweep(tx: &Transaction<'_>, now: Now) -> rusqlite::Result<usize> {
     let mut deleted = 0;
-    for table in TABLES {
+    for &table in all_tables().flat_map(|tables| tables.names) {
         let sql = format!("DELETE FROM {table} WHERE expires <= ?1");
         deleted += tx.prepare_cached(&sql)?.execute([now.0])?;
     }

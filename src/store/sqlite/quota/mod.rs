@@ -6,9 +6,15 @@
 use rusqlite::Transaction;
 use tokio::time::Instant;
 
+mod cells;
+mod fixed_window;
+mod sliding_log;
+mod sliding_window_counter;
+
+use super::schema::Tables;
 use super::{
-    Answer, Mode, Now, SqliteKey, SqliteStore, after, cells, fixed_window, nanos_to_duration,
-    nanos_until, nonnegative, sliding_window_counter, stored,
+    Answer, Mode, Now, SqliteKey, SqliteStore, after, nanos_to_duration, nanos_until, nonnegative,
+    stored,
 };
 use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
@@ -16,6 +22,15 @@ use crate::quota_status::{QuotaStatus, search};
 use crate::store::late::{self, Late};
 use crate::store::quota_state::QuotaState;
 use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
+
+/// The tables of every algorithm: adding one adds its module above, its
+/// tables here, and its state to [`load`], [`save`] and [`table`].
+pub(super) const TABLES: [Tables; 4] = [
+    cells::TABLES,
+    fixed_window::TABLES,
+    sliding_window_counter::TABLES,
+    sliding_log::TABLES,
+];
 
 /// The state of `quota` called `name`: its row in its algorithm's table,
 /// or a fresh state. Windows fall on multiples of their length in Unix

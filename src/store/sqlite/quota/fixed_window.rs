@@ -3,10 +3,25 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{expires, nonnegative, stored};
 use crate::store::quota_state::FixedWindow;
+use crate::store::sqlite::schema::Tables;
+use crate::store::sqlite::{expires, nonnegative, stored};
 
 pub(super) const TABLE: &str = "tower_limits_fixed_windows";
+
+/// Its one table.
+pub(super) const TABLES: Tables = Tables {
+    names: &[TABLE],
+    create: "
+CREATE TABLE IF NOT EXISTS tower_limits_fixed_windows (
+    name TEXT PRIMARY KEY,
+    window_index INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+",
+};
 
 /// `fresh` with the numbers of the row called `name`, if there is one.
 pub(super) fn load(

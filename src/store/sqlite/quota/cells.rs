@@ -3,11 +3,28 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{expires, nonnegative, signed, stored, unsigned};
 use crate::algorithms::slots::Line;
 use crate::store::quota_state::Cells;
+use crate::store::sqlite::schema::Tables;
+use crate::store::sqlite::{expires, nonnegative, signed, stored, unsigned};
 
 pub(super) const TABLE: &str = "tower_limits_cells";
+
+/// Its one table.
+pub(super) const TABLES: Tables = Tables {
+    names: &[TABLE],
+    create: "
+CREATE TABLE IF NOT EXISTS tower_limits_cells (
+    name TEXT PRIMARY KEY,
+    tat INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    cut INTEGER NOT NULL DEFAULT 0,
+    retuned INTEGER NOT NULL DEFAULT 0,
+    gaps BLOB NOT NULL DEFAULT x'',
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+",
+};
 
 /// `fresh` with the numbers of the row called `name`, if there is one.
 pub(super) fn load(tx: &Transaction<'_>, name: &str, fresh: Cells) -> rusqlite::Result<Cells> {

@@ -9,15 +9,37 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
 
-use super::schema::GRACE;
-use super::{
-    Answer, Mode, SqliteKey, SqliteStore, after, micros, nanos_to_duration, nonnegative, stored,
-};
 use crate::algorithms::sliding_log::Pause;
 use crate::error::LimiterError;
 use crate::quota_status::{QuotaStatus, try_search};
 use crate::store::late::{self, Late};
+use crate::store::sqlite::schema::{GRACE, Tables};
+use crate::store::sqlite::{
+    Answer, Mode, SqliteKey, SqliteStore, after, micros, nanos_to_duration, nonnegative, stored,
+};
 use crate::store::{Backoff, Quota, WindowDecision};
+
+/// The starts, and the pause and backoff.
+pub(super) const TABLES: Tables = Tables {
+    names: &["tower_limits_starts", "tower_limits_backoffs"],
+    create: "
+CREATE TABLE IF NOT EXISTS tower_limits_starts (
+    name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tower_limits_starts_by_name ON tower_limits_starts (name, at);
+CREATE TABLE IF NOT EXISTS tower_limits_backoffs (
+    name TEXT PRIMARY KEY,
+    next_available INTEGER NOT NULL,
+    backoff INTEGER,
+    escalated INTEGER NOT NULL,
+    escalated_next_available INTEGER NOT NULL,
+    escalated_backoff INTEGER,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+",
+};
 
 /// One log inside a transaction, at `now`, under a policy (zeros without).
 struct Log<'a> {
@@ -177,7 +199,7 @@ impl Log<'_> {
     }
 
     fn refund(&self, ticket: u64, cost: u32) -> rusqlite::Result<()> {
-        self.erase(super::signed(ticket), cost)?;
+        self.erase(crate::store::sqlite::signed(ticket), cost)?;
         self.prune()?;
         if self.frees_at(1)?.is_some() {
             return Ok(());
@@ -189,7 +211,7 @@ impl Log<'_> {
     }
 
     fn settle(&self, ticket: u64, from: u32, to: u32) -> rusqlite::Result<()> {
-        let at = super::signed(ticket);
+        let at = crate::store::sqlite::signed(ticket);
         if to < from {
             self.erase(at, from - to)
         } else {

@@ -4,11 +4,27 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{expires, nonnegative, stored};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::store::quota_state::SlidingWindowCounter;
+use crate::store::sqlite::schema::Tables;
+use crate::store::sqlite::{expires, nonnegative, stored};
 
 pub(super) const TABLE: &str = "tower_limits_sliding_windows";
+
+/// Its one table.
+pub(super) const TABLES: Tables = Tables {
+    names: &[TABLE],
+    create: "
+CREATE TABLE IF NOT EXISTS tower_limits_sliding_windows (
+    name TEXT PRIMARY KEY,
+    window_index INTEGER NOT NULL,
+    current INTEGER NOT NULL,
+    previous INTEGER NOT NULL,
+    next_available INTEGER NOT NULL,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+",
+};
 
 /// `fresh` with the numbers of the row called `name`, if there is one.
 pub(super) fn load(
