@@ -41,7 +41,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
-use tower_limits::store::MemoryStore;
+use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     ConcurrencyLimiter, FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter,
     LimitLayer, Limiter, RateLimiter, SlidingWindowCounterLimiter,
@@ -106,6 +106,12 @@ fn sliding_window_counter(clock: Clock) -> SlidingWindowCounterLimiter {
         .with_clock(clock)
 }
 
+/// `quota` run by [`RateLimiter`] in a [`MemoryStore`] on `clock`: the
+/// store-backed path of the algorithms measured above on their own types.
+fn stored(quota: Quota, clock: Clock) -> RateLimiter {
+    RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", quota)
+}
+
 fn admit(limiter: &impl Limiter) {
     let answer = limiter.try_acquire().into_ready().ok();
     match answer {
@@ -167,6 +173,26 @@ fn decision(c: &mut Criterion) {
     group.bench_function("sliding_window_counter_fast_clock", |b| {
         b.iter(|| admit(&counter))
     });
+    let second = Duration::from_secs(1);
+    let millisecond = Duration::from_millis(1);
+    let quotas = [
+        (
+            "stored_gcra_fast_clock",
+            Quota::gcra(CELLS_PER_SECOND, second).and_then(|q| q.with_burst(CELLS_PER_SECOND)),
+        ),
+        (
+            "stored_fixed_window_fast_clock",
+            Quota::fixed_window(u32::MAX, millisecond),
+        ),
+        (
+            "stored_sliding_window_counter_fast_clock",
+            Quota::sliding_window_counter(u32::MAX, millisecond),
+        ),
+    ];
+    for (name, quota) in quotas {
+        let limiter = stored(quota.expect("valid configuration"), Clock::fast());
+        group.bench_function(name, |b| b.iter(|| admit(&limiter)));
+    }
     group.finish();
 }
 

@@ -22,6 +22,8 @@
 //! With `TOWER_LIMITS_ADAPTIVE_WATCHDOG=1` in the environment, each client
 //! prints `STALL` lines while it let no call through for 300 ms or more
 //! although its limiter would admit one (a stall no refusal explains).
+//! With `TOWER_LIMITS_ADAPTIVE_HOLD=SECONDS`, the one-process client holds
+//! that long instead of the default 25 s (to measure the option).
 
 use std::io::Write;
 use std::process::Command;

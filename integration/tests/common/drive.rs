@@ -41,6 +41,12 @@ pub(crate) const WORKER_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WORKER";
 /// without a request or a refusal.
 pub(crate) const WATCHDOG_VAR: &str = "TOWER_LIMITS_ADAPTIVE_WATCHDOG";
 
+/// Seconds of the one-process client's
+/// [`hold`](tower_limits::limiters::AdaptiveRateLimiterBuilder::hold)
+/// instead of the default, when set: to measure the option (the tests
+/// never set it).
+pub(crate) const HOLD_VAR: &str = "TOWER_LIMITS_ADAPTIVE_HOLD";
+
 /// Sends requests from `callers` tasks through the feedback and limit
 /// layers until stopped; counts the errors (every request ends in a
 /// response or an error).
@@ -146,11 +152,15 @@ impl Driver {
         }
     }
 
-    /// An adaptive client with the defaults, from `start` a second.
+    /// An adaptive client with the defaults, from `start` a second (with
+    /// another [`hold`](tower_limits::limiters::AdaptiveRateLimiterBuilder::hold)
+    /// when [`HOLD_VAR`] says so, to measure that option).
     pub(crate) fn adaptive(url: &str, callers: usize, start: u32) -> Self {
-        let limiter = AdaptiveRateLimiter::builder(Rate::per_second(start).unwrap())
-            .build()
-            .unwrap();
+        let mut builder = AdaptiveRateLimiter::builder(Rate::per_second(start).unwrap());
+        if let Some(seconds) = std::env::var(HOLD_VAR).ok().and_then(|s| s.parse().ok()) {
+            builder = builder.hold(Duration::from_secs_f64(seconds));
+        }
+        let limiter = builder.build().unwrap();
         Self::through(
             url,
             callers,
