@@ -185,24 +185,26 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
     /// What to do when nobody holds a reservation: try at once if nobody is
     /// waiting, else wait.
     #[inline]
-    fn start(&self) -> Result<State, BoxError> {
-        match try_at_once(&self.limiter, 1, &self.queue, &self.options)? {
-            Ok(permit) => Ok(State::Ready(permit)),
-            Err(not_yet) => Ok(State::Waiting(self.wait(not_yet)?)),
+    fn start(&self) -> State {
+        match try_at_once(&self.limiter, 1, &self.queue, &self.options) {
+            Ok(Ok(permit)) => State::Ready(permit),
+            Ok(Err(not_yet)) => self.wait(not_yet),
+            Err(error) => State::Refused(error),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn wait(&self, not_yet: NotYet) -> Result<WaitFuture, BoxError> {
-        wait_for_admission(
+    fn wait(&self, not_yet: NotYet) -> State {
+        let waiting = wait_for_admission(
             self.limiter.clone(),
             1,
             &self.queue,
             (),
             &self.options,
             not_yet,
-        )
+        );
+        waiting.map_or_else(State::Refused, State::Waiting)
     }
 }
 
@@ -218,7 +220,7 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         if let State::Idle = self.state {
-            self.state = self.start().unwrap_or_else(State::Refused);
+            self.state = self.start();
         }
         if let State::Waiting(wait) = &mut self.state {
             self.state = match ready!(wait.as_mut().poll(cx)) {
