@@ -19,9 +19,11 @@
 //! `SECONDS` (default 30) is how long each limit lasts; `KIND`s (default
 //! all) are `nodelay`, `queueing`, `governor`, `stated`, `changing`,
 //! each optionally suffixed with `:1` or `:4` for one process or four.
-//! With `TOWER_LIMITS_ADAPTIVE_WATCHDOG=1` in the environment, each client
+//! With `TOWER_LIMITS_ADAPTIVE_WATCHDOG=1` in the environment, a client
 //! prints `STALL` lines while it let no call through for 300 ms or more
-//! although its limiter would admit one (a stall no refusal explains).
+//! although its limiter would admit one (a stall no refusal explains); a
+//! fleet prints `FLEET STALL` lines when every worker was quiet at once,
+//! and only counts a worker quiet alone (the others took the shared rate).
 //! With `TOWER_LIMITS_ADAPTIVE_HOLD=SECONDS`, the one-process client holds
 //! that long instead of the default 25 s (to measure the option).
 

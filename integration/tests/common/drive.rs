@@ -93,6 +93,46 @@ async fn watch<L: Limiter>(limiter: L, sent: Arc<AtomicU64>, stop: Arc<AtomicBoo
     }
 }
 
+/// The tenth of a second of a `STALL` line of [`watch`].
+fn stall_tick(line: &str) -> Option<u64> {
+    let seconds = line.strip_prefix("STALL at ")?.split_once(" s:")?.0;
+    let seconds: f64 = seconds.parse().ok()?;
+    Some((seconds * 10.0).round() as u64)
+}
+
+/// Prints a `FLEET STALL` line for each tenth of a second in which every
+/// worker of a fleet was quiet (`quiet`: each worker's `STALL` ticks,
+/// within a tick of each other, as the workers start a little apart):
+/// the stalls that matter. A worker quiet alone is one the others kept
+/// from the shared rate; those are only counted.
+fn report_fleet_stalls(quiet: &[std::collections::BTreeSet<u64>]) {
+    let Some(first) = quiet.first() else {
+        return;
+    };
+    let near = |ticks: &std::collections::BTreeSet<u64>, tick: u64| {
+        ticks
+            .range(tick.saturating_sub(1)..=tick + 1)
+            .next()
+            .is_some()
+    };
+    for &tick in first {
+        if quiet.iter().all(|ticks| near(ticks, tick)) {
+            println!(
+                "FLEET STALL at {:.1} s: every worker let nothing through for 300 ms \
+                 or more, though each one's limiter would admit a call",
+                tick as f64 / 10.0
+            );
+        }
+    }
+    let alone: usize = quiet.iter().map(|ticks| ticks.len()).sum();
+    if alone > 0 {
+        println!(
+            "({alone} ticks in which one worker was quiet: in a fleet, the others \
+             may have taken the shared rate)"
+        );
+    }
+}
+
 impl Driver {
     /// `callers` callers paced by `limiter`, reporting to `feedback`.
     pub(crate) fn through<L: Limiter + Clone>(
@@ -256,6 +296,7 @@ pub(crate) async fn run(plan: Plan, worker: impl Fn() -> Command) -> Option<Run>
     if let Some(driver) = driver {
         failed = driver.stop().await.1;
     }
+    let mut quiet = Vec::new();
     for worker in fleet.into_iter().flatten() {
         let output = tokio::task::spawn_blocking(|| worker.wait_with_output())
             .await
@@ -263,9 +304,7 @@ pub(crate) async fn run(plan: Plan, worker: impl Fn() -> Command) -> Option<Run>
             .unwrap();
         let said = String::from_utf8_lossy(&output.stdout);
         // A worker's watchdog (see `WATCHDOG_VAR`) speaks through its parent.
-        for stall in said.lines().filter(|line| line.starts_with("STALL")) {
-            println!("worker {stall}");
-        }
+        quiet.push(said.lines().filter_map(stall_tick).collect());
         failed.extend(
             said.lines()
                 .filter_map(|line| line.strip_prefix("failed: "))
@@ -273,6 +312,7 @@ pub(crate) async fn run(plan: Plan, worker: impl Fn() -> Command) -> Option<Run>
         );
         assert!(output.status.success(), "a worker failed:\n{said}");
     }
+    report_fleet_stalls(&quiet);
     Some(Run {
         plan,
         start,
