@@ -173,6 +173,13 @@ async fn cleanup_deletes_dead_rows_only() {
     };
     let (store, schema) = private_store(&url, Duration::from_secs(2)).await;
     store.setup().await.unwrap();
+    // A table of the application's in the same schema, with an `expires`
+    // column of its own: cleanup never touches it.
+    let theirs = format!(
+        "CREATE TABLE \"{schema}\".sessions (id int, expires bigint); \
+         INSERT INTO \"{schema}\".sessions VALUES (1, 0)"
+    );
+    client(&url).await.batch_execute(&theirs).await.unwrap();
     let short = store.lease_key("short");
     let long = store.lease_key("long");
     store
@@ -208,5 +215,12 @@ async fn cleanup_deletes_dead_rows_only() {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(store.cleanup().await.unwrap(), 4);
     assert_eq!(store.leases_held(&long).await.unwrap(), 2);
+    let count = format!("SELECT count(*) FROM \"{schema}\".sessions");
+    let row = client(&url).await.query_one(&count, &[]).await.unwrap();
+    assert_eq!(
+        row.get::<_, i64>(0),
+        1,
+        "cleanup deleted an application's row"
+    );
     drop_schema(&url, &schema).await;
 }

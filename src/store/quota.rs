@@ -46,8 +46,8 @@ pub struct Quota {
 // here, its in-memory state in `quota_state.rs`, and in each remote store
 // its code and the one table that lists it: `redis/x.lua` and
 // `redis/quota.rs` (`QuotaScript`), `postgres/x.sql` and
-// `postgres/quota.rs` (`QuotaFunction`; `cleanup.sql` sweeps any table
-// with an `expires` column), `sqlite/quota/x.rs` (its rows and tables)
+// `postgres/quota.rs` (`QuotaFunction`, with the tables `cleanup.sql`
+// sweeps), `sqlite/quota/x.rs` (its rows and tables)
 // and `sqlite/quota/mod.rs`. The golden vectors and the conformance suite
 // then hold it to the same answers on every store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,15 +14,12 @@ DECLARE
   v_rows bigint;
   v_total bigint := 0;
 BEGIN
-  -- Every table of the schema with an `expires` column (each algorithm's
-  -- state, the leases, the curves), and the lease pauses.
-  FOR v_table, v_column IN
-    SELECT c.relname::text, a.attname::text
-      FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid
-      WHERE c.relnamespace = to_regnamespace(__SCHEMA_LITERAL__) AND c.relkind = 'r'
-        AND a.attname = 'expires' AND NOT a.attisdropped
-    UNION ALL VALUES ('lease_pauses', 'until')
+  -- Each quota algorithm's tables (`__QUOTA_TABLES__`: listed by
+  -- `QuotaFunction::tables`), the leases' and the curves'; only ours, since
+  -- the schema may hold other tables.
+  FOR v_table, v_column IN VALUES
+    __QUOTA_TABLES__
+    ('leases', 'expires'), ('lease_pauses', 'until'), ('curves', 'expires')
   LOOP
     EXECUTE format(
       'DELETE FROM %1$s.%2$I WHERE ctid = ANY (ARRAY('

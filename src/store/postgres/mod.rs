@@ -41,7 +41,8 @@ const DEFAULT_POOL_SIZE: usize = 16;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The schema's SQL, in the order it must run; `__SCHEMA__` stands for the
-/// quoted schema name, `__SCHEMA_LITERAL__` for it as a string literal.
+/// quoted schema name, `__SCHEMA_LITERAL__` for it as a string literal,
+/// `__QUOTA_TABLES__` for [`quota_tables`].
 fn schema_sql() -> impl Iterator<Item = &'static str> {
     let quotas = QuotaFunction::ALL.map(QuotaFunction::sql);
     [include_str!("common.sql")]
@@ -52,6 +53,17 @@ fn schema_sql() -> impl Iterator<Item = &'static str> {
             include_str!("curve.sql"),
             include_str!("cleanup.sql"),
         ])
+}
+
+/// The rows of the quota algorithms' tables for `cleanup.sql`'s list:
+/// `('cells', 'expires'), ` and so on.
+fn quota_tables() -> String {
+    let tables = QuotaFunction::ALL
+        .iter()
+        .flat_map(|function| function.tables());
+    tables
+        .map(|table| format!("('{table}', 'expires'), "))
+        .collect()
 }
 
 /// A store in PostgreSQL, shared by every process that connects to the
@@ -348,10 +360,12 @@ impl PostgresStore {
     async fn create_schema(&self) -> Result<(), LimiterError> {
         let schema = quoted(&self.inner.schema);
         let literal = format!("'{}'", schema.replace('\'', "''"));
+        let tables = quota_tables();
         let sql: String = schema_sql()
             .map(|part| {
                 part.replace("__SCHEMA_LITERAL__", &literal)
                     .replace("__SCHEMA__", &schema)
+                    .replace("__QUOTA_TABLES__", &tables)
             })
             .collect::<Vec<_>>()
             .join("\n");

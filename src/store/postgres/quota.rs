@@ -15,8 +15,7 @@ use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 /// The function of each quota algorithm, defined by its SQL file: adding
 /// an algorithm adds it here and its parameters to
-/// [`PostgresStore::quota_op`]. Its state table has an `expires` column,
-/// which `cleanup.sql` sweeps.
+/// [`PostgresStore::quota_op`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum QuotaFunction {
     SlidingLog,
@@ -50,6 +49,17 @@ impl QuotaFunction {
         match self {
             Self::SlidingLog => 9,
             _ => 5,
+        }
+    }
+
+    /// Its tables, each with an `expires` column, which `cleanup.sql`
+    /// sweeps.
+    pub(super) fn tables(self) -> &'static [&'static str] {
+        match self {
+            Self::SlidingLog => &["sliding_log", "sliding_state"],
+            Self::Cells => &["cells"],
+            Self::FixedWindow => &["fixed_windows"],
+            Self::SlidingWindowCounter => &["sliding_window_counters"],
         }
     }
 
