@@ -117,15 +117,6 @@ impl CellConfig {
         Ok(Self { burst, ..self })
     }
 
-    /// A configuration validated when its quota was built (a store's):
-    /// `burst` cells at once, one every `interval`, at least 1 ns.
-    pub(crate) fn validated(interval: Duration, burst: u32) -> Self {
-        Self {
-            interval: duration_nanos(interval).max(1),
-            burst,
-        }
-    }
-
     pub(crate) fn interval(self) -> Duration {
         Duration::from_nanos(self.interval)
     }

@@ -3,7 +3,8 @@
 //! [`GcraLimiter`](crate::GcraLimiter),
 //! [`FixedWindowLimiter`](crate::FixedWindowLimiter) (aligned to Unix time)
 //! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter),
-//! and as SQLite decides on its rows.
+//! and as SQLite decides on its rows. A GCRA or token bucket quota whose
+//! line has no gap is decided without the lock (see `memory_cells.rs`).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::memory_cells::OpenLine;
 use super::quota_state::QuotaState;
 use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
 use crate::algorithms::windows::Windows;
@@ -36,7 +38,15 @@ use crate::quota_status::{QuotaStatus, search};
 /// # }
 /// ```
 #[derive(Clone, Default)]
-pub struct MemoryQuotaKey(Arc<Mutex<Option<Slot>>>);
+pub struct MemoryQuotaKey(Arc<Entry>);
+
+/// One named quota: its slot behind a lock and, while the slot is GCRA's
+/// with no gap in its line, the open line that decides without the lock.
+#[derive(Default)]
+struct Entry {
+    line: OpenLine,
+    slot: Mutex<Option<Slot>>,
+}
 
 /// A key's state and the quota it was made for.
 struct Slot {
@@ -62,7 +72,10 @@ impl MemoryStore {
         quota: &Quota,
         act: impl FnOnce(&mut QuotaState, u64) -> T,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
-        let mut slot = key.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        key.0
+            .line
+            .close(slot.as_mut().map(|current| &mut current.state));
         // Read under the lock, so decisions are made in time order.
         let now = self.clock().now_nanos();
         let windows = |windows: Windows| windows.for_clock(self.clock());
@@ -80,11 +93,24 @@ impl MemoryStore {
                 })
             }
         };
-        LimiterFuture::ready(Ok(act(&mut slot.state, now)))
+        let answer = act(&mut slot.state, now);
+        key.0.line.open(Some(&slot.state));
+        LimiterFuture::ready(Ok(answer))
     }
 
     fn instant_of(&self, nanos: u64) -> Instant {
         self.clock().instant_at(nanos)
+    }
+
+    /// A decision's ticket, or the instant it names, as the store answers.
+    #[inline]
+    fn decision(&self, decision: Result<u64, u64>) -> WindowDecision {
+        match decision {
+            Ok(ticket) => WindowDecision::Granted { ticket },
+            Err(at) => WindowDecision::Denied {
+                retry_at: self.instant_of(at),
+            },
+        }
     }
 }
 
@@ -101,12 +127,23 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        self.with_state(key, quota, |state, now| match state.decide(now, cost) {
-            Ok(ticket) => WindowDecision::Granted { ticket },
-            Err(at) => WindowDecision::Denied {
-                retry_at: self.instant_of(at),
-            },
-        })
+        match self.decide_at_once(key, quota, cost) {
+            Some(decision) => LimiterFuture::ready(Ok(decision)),
+            None => self.with_state(key, quota, |state, now| {
+                self.decision(state.decide(now, cost))
+            }),
+        }
+    }
+
+    #[inline]
+    fn decide_at_once(
+        &self,
+        key: &MemoryQuotaKey,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<WindowDecision> {
+        let decision = key.0.line.decide(quota, self.clock(), cost)?;
+        Some(self.decision(decision))
     }
 
     fn look<'a>(
@@ -167,7 +204,9 @@ impl QuotaStore for MemoryStore {
         key: &'a MemoryQuotaKey,
         _quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        *key.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        key.0.line.close(None);
+        *slot = None;
         LimiterFuture::ready(Ok(()))
     }
 }

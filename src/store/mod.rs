@@ -121,6 +121,7 @@ mod error;
 pub(crate) mod late;
 mod lease;
 mod memory;
+mod memory_cells;
 mod memory_curve;
 mod memory_lease;
 mod memory_quota;

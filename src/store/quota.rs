@@ -52,8 +52,8 @@ pub struct Quota {
 // then hold it to the same answers on every store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum QuotaKind {
-    /// GCRA (and token bucket): one cell every `interval`, `burst` at once.
-    Cells { interval: Duration, burst: u32 },
+    /// GCRA (and token bucket): one cell every `T`, `B` at once.
+    Cells(CellConfig),
     /// At most `max` per calendar window of `window`, aligned to Unix time.
     FixedWindow { max: u32, window: Duration },
     /// The weighted blend of this window's and the last one's counts.
@@ -287,7 +287,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn with_burst(self, burst: u32) -> Result<Self, ConfigError> {
-        let QuotaKind::Cells { interval, .. } = self.kind else {
+        let QuotaKind::Cells(cells) = self.kind else {
             return Err(ConfigError::new(
                 "burst",
                 burst,
@@ -295,16 +295,13 @@ impl Quota {
             ));
         };
         let names = Names::GCRA;
-        let config = CellConfig::new(names, 1, interval, 1)?.with_burst(names, burst)?;
+        let config = cells.with_burst(names, burst)?;
         Ok(Self::cells(config))
     }
 
     fn cells(config: CellConfig) -> Self {
         Self {
-            kind: QuotaKind::Cells {
-                interval: config.interval(),
-                burst: config.burst(),
-            },
+            kind: QuotaKind::Cells(config),
         }
     }
 
@@ -321,7 +318,7 @@ impl Quota {
     /// ```
     pub fn capacity(&self) -> u32 {
         match self.kind {
-            QuotaKind::Cells { burst, .. } => burst,
+            QuotaKind::Cells(cells) => cells.burst(),
             QuotaKind::FixedWindow { max, .. }
             | QuotaKind::SlidingWindowCounter { max, .. }
             | QuotaKind::SlidingLog { max, .. } => max,
@@ -345,7 +342,7 @@ impl Quota {
     /// ```
     pub fn window(&self) -> Duration {
         match self.kind {
-            QuotaKind::Cells { interval, burst } => interval.saturating_mul(burst),
+            QuotaKind::Cells(cells) => Duration::from_nanos(cells.span()),
             QuotaKind::FixedWindow { window, .. }
             | QuotaKind::SlidingWindowCounter { window, .. }
             | QuotaKind::SlidingLog { window, .. } => window,
@@ -369,7 +366,10 @@ impl Quota {
     pub(crate) fn to_words(self) -> [u64; 6] {
         let nanos = crate::clock::duration_nanos;
         match self.kind {
-            QuotaKind::Cells { interval, burst } => [0, nanos(interval), u64::from(burst), 0, 0, 0],
+            QuotaKind::Cells(cells) => {
+                let [interval, burst] = cells.words();
+                [0, interval, burst, 0, 0, 0]
+            }
             QuotaKind::FixedWindow { max, window } => [1, u64::from(max), nanos(window), 0, 0, 0],
             QuotaKind::SlidingWindowCounter { max, window } => {
                 [2, u64::from(max), nanos(window), 0, 0, 0]
@@ -396,10 +396,7 @@ impl Quota {
         let count = |word: u64| u32::try_from(word).unwrap_or(u32::MAX);
         let (max, window) = (count(a), Duration::from_nanos(b));
         let kind = match kind {
-            0 => QuotaKind::Cells {
-                interval: Duration::from_nanos(a),
-                burst: count(b),
-            },
+            0 => QuotaKind::Cells(CellConfig::from_words([a, b])),
             1 => QuotaKind::FixedWindow { max, window },
             2 => QuotaKind::SlidingWindowCounter { max, window },
             _ => QuotaKind::SlidingLog {
@@ -550,6 +547,21 @@ pub trait QuotaStore: Send + Sync + 'static {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
+
+    /// [`decide`](QuotaStore::decide)'s answer if the store has it at once
+    /// without a lock, else `None` (the default): the lock-free path of the
+    /// in-memory stores, which a [`RateLimiter`](crate::RateLimiter) takes
+    /// first, so that the answer stays in registers.
+    #[doc(hidden)]
+    #[inline]
+    fn decide_at_once(
+        &self,
+        _key: &Self::QuotaKey,
+        _quota: &Quota,
+        _cost: u32,
+    ) -> Option<WindowDecision> {
+        None
+    }
 
     /// The quota at `key` as it stands, from one reading of its state (one
     /// round trip): the quota's limit ([`Quota::capacity`]) and window (for

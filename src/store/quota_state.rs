@@ -1,6 +1,7 @@
 //! [`QuotaState`]: one quota's state by its algorithm's rules (the
 //! decisions of `crate::algorithms`), for the stores that decide in Rust:
-//! the memory store keeps it behind a lock, SQLite loads it from a row and
+//! the memory store keeps it behind a lock (and a GCRA line with no gap in
+//! atomics too, `memory_cells.rs`), SQLite loads it from a row and
 //! saves it back in each transaction. Redis and PostgreSQL run the same
 //! rules in Lua and PL/pgSQL.
 //!
@@ -84,16 +85,13 @@ impl QuotaState {
     /// multiples of the window in Unix time).
     pub(crate) fn fresh(quota: &Quota, windows: impl Fn(Windows) -> Windows) -> Self {
         match quota.kind() {
-            QuotaKind::Cells { interval, burst } => {
-                let config = CellConfig::validated(interval, burst);
-                Self::Cells(Cells {
-                    config,
-                    line: Line::default(),
-                    cut: config.interval_nanos(),
-                    retuned: 0,
-                    not_before: 0,
-                })
-            }
+            QuotaKind::Cells(config) => Self::Cells(Cells {
+                config,
+                line: Line::default(),
+                cut: config.interval_nanos(),
+                retuned: 0,
+                not_before: 0,
+            }),
             QuotaKind::FixedWindow { max, window } => Self::FixedWindow(FixedWindow {
                 windows: windows(Windows::validated(max, window)),
                 index: None,

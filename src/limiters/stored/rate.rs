@@ -387,6 +387,17 @@ impl<S: QuotaStore> Limiter for RateLimiter<S> {
         if let Err(error) = CostTooHigh::check(cost, quota.capacity()) {
             return LimiterFuture::ready(Err(error));
         }
+        if let Some(decision) = shared.store.decide_at_once(&shared.key, &quota, cost) {
+            return match decision {
+                WindowDecision::Granted { .. } => {
+                    LimiterFuture::ready(Ok(admission(decision, cost, None)))
+                }
+                // Listen, then decide once more: a refund in between is not missed.
+                WindowDecision::Denied { .. } => {
+                    shared.decide_listening(quota, cost, shared.released.listen())
+                }
+            };
+        }
         match shared.store.decide(&shared.key, &quota, cost).into_ready() {
             // Listen, then decide once more: a refund in between is not missed.
             Ok(Ok(WindowDecision::Denied { .. })) => {

@@ -88,9 +88,9 @@ impl PostgresStore {
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
         let name = key.name.clone();
         let (function, params): (_, Params) = match quota.kind() {
-            QuotaKind::Cells { interval, burst } => {
-                let tick = interval.as_secs_f64() * 1e6;
-                let burst = i64::from(burst);
+            QuotaKind::Cells(cells) => {
+                let tick = cells.interval().as_secs_f64() * 1e6;
+                let burst = i64::from(cells.burst());
                 let params: Params = vec![
                     Box::new(op),
                     Box::new(name),

@@ -48,9 +48,9 @@ impl RedisStore {
     /// The script of `quota`'s algorithm and its leading arguments.
     fn quota_script(quota: &Quota) -> (QuotaScript, Vec<String>) {
         match quota.kind() {
-            QuotaKind::Cells { interval, burst } => {
-                let micros = interval.as_secs_f64() * 1e6;
-                (QuotaScript::Cells, args(&[&micros, &burst]))
+            QuotaKind::Cells(cells) => {
+                let micros = cells.interval().as_secs_f64() * 1e6;
+                (QuotaScript::Cells, args(&[&micros, &cells.burst()]))
             }
             QuotaKind::FixedWindow { max, window } => {
                 (QuotaScript::FixedWindow, args(&[&max, &micros(window)]))
