@@ -1297,8 +1297,7 @@ fn directed(config: &Config, index: u64, label: &str, steps: &[(u64, Op)]) -> Ve
 }
 
 /// Sequences the random scripts reach only now and then: on GCRA, a grant
-/// settled or refunded after later calls changed the state, and grants
-/// made a few milliseconds after the line ended (the pacing tolerance). Each grant
+/// settled or refunded after later calls changed the state. Each grant
 /// holds a slot of GCRA's line; giving it back frees the slot's time still
 /// ahead, at the line's end or as a gap the next grant takes
 /// (`src/algorithms/slots.rs`).
@@ -1308,12 +1307,10 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
     let started = std::time::Instant::now();
     let fast = &CONFIGS[0]; // 5 per 1 s, burst 3: a cell is 200 ms, a burst 600 ms.
     let long = &CONFIGS[2]; // 4 per 1 s, burst 6: a cell is 250 ms, a burst 1.5 s.
-    let pacing = &CONFIGS[1]; // 1 per 100 ms, burst 1.
     assert_eq!(
         (fast.count, fast.burst, long.count, long.burst),
         (5, 3, 4, 6)
     );
-    assert_eq!((pacing.count, pacing.period_ms, pacing.burst), (1, 100, 1));
     let vectors = [
         // A later grant of cost 0 takes no slot: the first grant can still
         // be refunded.
@@ -1455,27 +1452,6 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (20, Refund(1)),
                 (20, Status),
                 (30, Acquire(5)),
-            ],
-        ),
-        // Grants a waiter woke late for keep their place on the line, up
-        // to the pacing tolerance (2 ms), if the line ended at most 10 ms
-        // ago (`src/clock.rs` `paced_from`): 1, 3 and 2 ms late, then 11 ms
-        // late (counts from now), then on time.
-        directed(
-            pacing,
-            1_009,
-            "late grants within the pacing tolerance",
-            &[
-                (0, Acquire(1)),
-                (101, Acquire(1)),
-                (203, Status),
-                (203, Acquire(1)),
-                (303, Peek(1)),
-                (303, Acquire(1)),
-                (412, Acquire(1)),
-                (512, Acquire(1)),
-                (611, Acquire(1)),
-                (711, Status),
             ],
         ),
     ];

@@ -27,8 +27,7 @@
 //!   gives the server's order of grants but not the instants they were
 //!   decided. Its check uses the local span `[before, after]` of each grant,
 //!   which contains the decision: if grants `k` and `k + n` (in ticket
-//!   order) came less than `(n + 1 - B) T − τ` apart on the server (τ the
-//!   pacing tolerance a late grant may take its slot back by), the rule of
+//!   order) came less than `(n + 1 - B) T` apart on the server, the rule of
 //!   GCRA is broken, and since `after(k + n) - before(k)` is at least their
 //!   server distance, a span shorter than that bound proves a violation. The
 //!   converse does not hold: an over-admission shorter than a span goes
@@ -48,7 +47,6 @@ use std::time::Duration;
 use common::tickets::{assert_saturated, fixed_window_counts, inner_fill, sliding_log_fill};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use tower_limits::clock::PACING_TOLERANCE;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore};
 use tower_limits::{Limiter, RateLimiter};
@@ -221,14 +219,14 @@ async fn gcra_never_admits_more_than_burst_plus_rate() {
     .await;
 }
 
-/// Grants in ticket order: `k` and `k + n` are at least `(n + 1 - B) T − τ`
+/// Grants in ticket order: `k` and `k + n` are at least `(n + 1 - B) T`
 /// apart on the server, so their local spans must allow it (see the
 /// module docs), for every `n` up to a window's worth of grants.
 fn check_gcra(what: &str, grants: &[Grant], rate: u32, burst: u32) {
     let interval = Duration::from_secs(1) / rate;
     let lags = (per_window(rate, WINDOW) + burst) as usize;
     for lag in burst as usize..=lags {
-        let least = (interval * (lag as u32 + 1 - burst)).saturating_sub(PACING_TOLERANCE);
+        let least = interval * (lag as u32 + 1 - burst);
         for (first, last) in grants.iter().zip(&grants[lag..]) {
             let most = last.after.saturating_duration_since(first.before);
             assert!(

@@ -204,8 +204,8 @@ pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
 /// Each grant still moves the TAT by at least `n·T`, and leaves it no
 /// earlier than `now − τ + n·T` and no later than `now + B·T`, so the
 /// grants of any closed interval of length `t` cost at most
-/// `B + ⌊(t + τ) / T⌋`. The stores' line of slots grants by the same rule
-/// ([`Line::grant`](super::slots::Line::grant)).
+/// `B + ⌊(t + τ) / T⌋`. The stores decide strictly, with no tolerance
+/// ([`slots`](super::slots)).
 #[inline]
 pub(crate) fn judge_late(
     config: CellConfig,

@@ -12,13 +12,11 @@
 //! GCRA test counts the time held ahead of now, the line less its gaps:
 //! a grant of `n` cells conforms iff `held + n·T ≤ B·T`.
 //!
-//! The bound stays GCRA's, with the in-memory cells' pacing tolerance τ
-//! ([`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE), 2 ms): after a
-//! grant the time held ahead of now is at most `B·T` (extra cells a settle
-//! charges aside), and every slot starts no earlier than τ before its
-//! grant (a waiter woken late keeps its place, [`Line::grant`]), so the
-//! grants of any window of length `t`, those given back excepted, hold at
-//! most `B·T + t + τ` of the line: at most `B + (t + τ) / T` cells. A refund is exact whatever happened since its grant,
+//! The bound stays GCRA's: after a grant the time held ahead of now is at
+//! most `B·T` (extra cells a settle charges aside), and every slot starts
+//! no earlier than its grant, so the grants of any window of length `t`,
+//! those given back excepted, hold at most `B·T + t` of the line: at most
+//! `B + t / T` cells. A refund is exact whatever happened since its grant,
 //! with one loss: a gap that passes before a grant takes it is time that
 //! nobody used, as a full bucket's refill is (in a busy limiter, the next
 //! caller in line takes it at once). At most [`MAX_GAPS`] gaps are kept;
@@ -28,8 +26,6 @@
 //! Times are nanoseconds from the store's origin. A ticket that does not
 //! name a slot the line still holds (given back already, from a state that
 //! expired since, or from before the interval changed) gives nothing back.
-
-use crate::clock::paced_from;
 
 /// The most gaps a line keeps.
 pub(crate) const MAX_GAPS: usize = 1024;
@@ -88,27 +84,10 @@ impl Line {
         at.saturating_add(excess)
     }
 
-    /// Gives `weight` taken at `now` whatever the room (a start nobody
-    /// admitted) a slot: the first gap it fits in, else the end of the
-    /// line; the slot's end. Expects [`pass`](Self::pass) at `now` first.
+    /// Gives a grant of `weight` at `now` a slot (the first gap it fits in,
+    /// else the end of the line); the slot's end, the grant's ticket.
+    /// Expects [`pass`](Self::pass) at `now` first.
     pub(crate) fn take(&mut self, now: u64, weight: u64) -> u64 {
-        self.take_from(now, self.tat.max(now), weight)
-    }
-
-    /// Gives a grant of `weight` that GCRA's test admitted at `now` a slot,
-    /// as [`take`](Self::take) does, except that at the end of a line that
-    /// ended before now the slot starts where [`paced_from`] says: a waiter
-    /// that woke late keeps its place, up to
-    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ, as in the
-    /// in-memory cells ([`judge_late`](super::gcra::judge_late)). The
-    /// slot's end is the grant's ticket.
-    pub(crate) fn grant(&mut self, now: u64, weight: u64) -> u64 {
-        self.take_from(now, paced_from(self.tat, now), weight)
-    }
-
-    /// A slot of `weight` in the first gap it fits in, else from `from` at
-    /// the end of the line (`from` is at least the line's end).
-    fn take_from(&mut self, now: u64, from: u64, weight: u64) -> u64 {
         if weight == 0 {
             return self.tat.max(now);
         }
@@ -124,7 +103,7 @@ impl Line {
                 return slot_end;
             }
         }
-        self.tat = from.saturating_add(weight);
+        self.tat = self.tat.max(now).saturating_add(weight);
         self.tat
     }
 

@@ -17,8 +17,8 @@
 //!
 //! With no gap, a grant of the line (the first gap it fits in, else the
 //! end) is a grant at the end, and the time held ahead of now is the TAT's
-//! lead: the test and the slot a grant takes are GCRA's with the pacing
-//! tolerance ([`judge_late`]), so both paths make the same decisions. A decision that read the word before a close
+//! lead: the test and the slot a grant takes are GCRA's, so both paths
+//! make the same decisions. A decision that read the word before a close
 //! and swaps after a reopen that left the same TAT (a look, a pause, a new
 //! rate) is made at its own reading of the clock, under the configuration
 //! and pause it read, as a decision racing with the change would be under
@@ -30,7 +30,7 @@ use crossbeam_utils::CachePadded;
 
 use super::quota::{Quota, QuotaKind};
 use super::quota_state::QuotaState;
-use crate::algorithms::gcra::{CellConfig, judge_late};
+use crate::algorithms::gcra::{CellConfig, judge};
 use crate::clock::Clock;
 
 /// The bit of [`OpenLine::word`] that says the line is open; the other 63
@@ -74,7 +74,7 @@ impl OpenLine {
         let now = clock.now_nanos();
         loop {
             let tat = word & !OPEN;
-            let next = match judge_late(config, now, not_before, tat, cost) {
+            let next = match judge(config, now, not_before, tat, cost) {
                 // A grant of nothing takes no slot (and moves no TAT).
                 Ok(_) if cost == 0 => return Some(Ok(tat.max(now))),
                 Ok(next) if next < OPEN => next,

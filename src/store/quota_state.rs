@@ -253,7 +253,7 @@ impl Cells {
             return Err(ready);
         }
         self.line.pass(now);
-        Ok(self.line.grant(now, self.config.weight(cost)))
+        Ok(self.line.take(now, self.config.weight(cost)))
     }
 
     /// When the state stops mattering: once the TAT plus a whole burst has

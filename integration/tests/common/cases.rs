@@ -155,10 +155,13 @@ const fn per_window(max: usize, window: Duration, min: usize) -> Bound {
 /// need `(n - b) × interval` to pass, less the pacing tolerance a late
 /// start may take its slot back by ([`paced_bound`]; without it, at most
 /// `b` in any interval and `b + MAX - 1` in any [`WINDOW`]).
-/// A store's cells take their slots back by the same tolerance.
+/// A store's cells decide by the strict test: `cell_bounds!(b, strict)`.
 macro_rules! cell_bounds {
     ($burst:expr) => {
         cell_bounds!($burst, PACING_TOLERANCE)
+    };
+    ($burst:expr, strict) => {
+        cell_bounds!($burst, Duration::ZERO)
     };
     ($burst:expr, $tolerance:expr) => {
         &[
@@ -269,7 +272,7 @@ pub(crate) const SHARED_GCRA: Case = Case::new(
             .unwrap();
         Arc::new(RateLimiter::new(MemoryStore::new(), "gcra", quota))
     },
-    cell_bounds!(4),
+    cell_bounds!(4, strict),
 );
 
 pub(crate) const SHARED_FIXED_WINDOW_BEHIND_FAILOVER: Case = Case::new(

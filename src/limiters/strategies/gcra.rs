@@ -30,8 +30,7 @@ use crate::rate::Rate;
 /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
 /// now, so a late wake-up does not cost the rate its slot. In any interval
 /// of length `t`, admitted calls cost at most `burst + ⌊(t + τ) / T⌋` in
-/// total (`burst + ⌊t / T⌋` for a strict GCRA). The stores' GCRA grants by
-/// the same rule.
+/// total (`burst + ⌊t / T⌋` for a strict GCRA, as the stores decide).
 ///
 /// # When to pick it
 ///

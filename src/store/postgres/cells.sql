@@ -150,11 +150,6 @@ BEGIN
       ELSE
         v_gaps[1] := v_end;
       END IF;
-    ELSIF op = 'acquire' AND t > v_tat AND t - v_tat <= 10000 AND v_tat > 0 THEN
-      -- A grant a waiter woke late for keeps its place, up to the pacing
-      -- tolerance (2 ms) before now (src/clock.rs paced_from).
-      v_tat := t - least(t - v_tat, 2000) + v_weight;
-      v_end := v_tat;
     ELSE
       v_tat := greatest(v_tat, t) + v_weight;
       v_end := v_tat;

@@ -107,20 +107,9 @@ local function ready_at(cost)
   return math.max(held_at_most(span - interval * cost), nb)
 end
 
--- Where a grant at the end of the line starts (src/clock.rs paced_from):
--- the line's end if now has not passed it; if now is at most 10 ms past it
--- (a waiter woken late), up to the pacing tolerance (2 ms) before now; else
--- now.
-local function paced_from()
-  local late = now - tat
-  if late <= 0 then return tat end
-  if late <= 10000 and tat > 0 then return now - math.min(late, 2000) end
-  return now
-end
-
--- A slot of `weight`: the first gap if it fits, else the end of the line,
--- from `from`. Its end.
-local function take(weight, from)
+-- A slot of `weight` for a grant: the first gap if it fits, else the end of
+-- the line. Its end.
+local function take(weight)
   if weight == 0 then return math.max(tat, now) end
   local first = redis.call('ZRANGE', gaps, 0, 0)[1]
   if first then
@@ -131,7 +120,7 @@ local function take(weight, from)
       return start + weight
     end
   end
-  tat = from + weight
+  tat = math.max(tat, now) + weight
   return tat
 end
 
@@ -206,7 +195,7 @@ if op == 'acquire' or op == 'peek' then
   if ready > now then return {0, math.ceil(ready - now)} end
   if op == 'peek' then return {1, 0} end
   pass()
-  local finish = take(interval * cost, paced_from())
+  local finish = take(interval * cost)
   save()
   return {1, finish * 4}
 elseif op == 'status' then
@@ -217,7 +206,7 @@ elseif op == 'status' then
   end, now)
 elseif op == 'take' then
   pass()
-  local finish = take(interval, math.max(tat, now))
+  local finish = take(interval)
   save()
   return {1, finish * 4}
 elseif op == 'adjust' then
