@@ -109,10 +109,9 @@ impl OpenLine {
         if self.word.load(Ordering::SeqCst) & OPEN == 0 {
             return;
         }
+        // Only the lock's holder clears the bit: the line was still open.
         let word = self.word.fetch_and(!OPEN, Ordering::SeqCst);
-        if word & OPEN != 0
-            && let Some(QuotaState::Cells(cells)) = state
-        {
+        if let Some(QuotaState::Cells(cells)) = state {
             cells.line.tat = word & !OPEN;
         }
     }

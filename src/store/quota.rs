@@ -552,6 +552,24 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// without a lock, else `None` (the default): the lock-free path of the
     /// in-memory stores, which a [`RateLimiter`](crate::RateLimiter) takes
     /// first, so that the answer stays in registers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let quota = Quota::gcra(10, Duration::from_secs(1))?;
+    /// let key = store.quota_key("api");
+    /// // A fresh quota is decided under the lock first, which opens its line.
+    /// assert_eq!(store.decide_at_once(&key, &quota, 1), None);
+    /// store.decide(&key, &quota, 1).await?;
+    /// let at_once = store.decide_at_once(&key, &quota, 1);
+    /// assert!(matches!(at_once, Some(WindowDecision::Denied { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
     #[doc(hidden)]
     #[inline]
     fn decide_at_once(
