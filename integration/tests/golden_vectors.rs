@@ -158,6 +158,8 @@ struct Config {
     period_ms: u64,
     /// GCRA's burst, the bucket's capacity; unused by the windows.
     burst: u32,
+    /// GCRA or the bucket with `Quota::with_pacing_tolerance`.
+    paced: bool,
     seed: u64,
 }
 
@@ -196,6 +198,32 @@ impl Config {
         }
     }
 
+    /// How the cells scripts name an acquire (src/store/quota.rs
+    /// `cells_op`): `pace` for a paced quota.
+    fn acquire(&self) -> &'static str {
+        if self.paced { "pace" } else { "acquire" }
+    }
+
+    /// The quota the crate's stores are given.
+    fn quota(&self) -> Quota {
+        let period = self.period();
+        let quota = match self.algorithm {
+            Algorithm::Gcra => {
+                Quota::gcra(self.count, period).and_then(|quota| quota.with_burst(self.burst))
+            }
+            Algorithm::TokenBucket => Quota::token_bucket(self.burst, self.count, period),
+            Algorithm::FixedWindow => Quota::fixed_window(self.count, period),
+            Algorithm::SlidingWindowCounter => Quota::sliding_window_counter(self.count, period),
+            Algorithm::SlidingLog => Quota::sliding_log(self.count, period),
+        };
+        let quota = quota.unwrap();
+        if self.paced {
+            quota.with_pacing_tolerance().unwrap()
+        } else {
+            quota
+        }
+    }
+
     /// The window in whole µs (the crate's `micros`: exact here).
     fn window_us(&self) -> i64 {
         i64::try_from(self.period_ms * 1_000).unwrap()
@@ -230,6 +258,7 @@ const CONFIGS: &[Config] = &[
         count: 5,
         period_ms: 1_000,
         burst: 3,
+        paced: false,
         seed: 0x9E37_79B9_7F4A_7C15,
     },
     Config {
@@ -238,6 +267,7 @@ const CONFIGS: &[Config] = &[
         count: 1,
         period_ms: 100,
         burst: 1,
+        paced: false,
         seed: 0xD1B5_4A32_D192_ED03,
     },
     Config {
@@ -246,6 +276,7 @@ const CONFIGS: &[Config] = &[
         count: 4,
         period_ms: 1_000,
         burst: 6,
+        paced: false,
         seed: 0xA076_1D64_78BD_642F,
     },
     Config {
@@ -254,7 +285,26 @@ const CONFIGS: &[Config] = &[
         count: 2,
         period_ms: 1_000,
         burst: 4,
+        paced: false,
         seed: 0xE703_7ED1_A0B4_28DB,
+    },
+    Config {
+        name: "gcra 1 per 100 ms, burst 1, paced",
+        algorithm: Algorithm::Gcra,
+        count: 1,
+        period_ms: 100,
+        burst: 1,
+        paced: true,
+        seed: 0x4F1B_BCDC_BFA5_3E0A,
+    },
+    Config {
+        name: "token bucket of 2, 5 per 500 ms, paced",
+        algorithm: Algorithm::TokenBucket,
+        count: 5,
+        period_ms: 500,
+        burst: 2,
+        paced: true,
+        seed: 0x6A09_E667_F3BC_C909,
     },
     Config {
         name: "fixed window 3 per 1 s",
@@ -262,6 +312,7 @@ const CONFIGS: &[Config] = &[
         count: 3,
         period_ms: 1_000,
         burst: 0,
+        paced: false,
         seed: 0x8EBC_6AF0_9C88_C6E3,
     },
     Config {
@@ -270,6 +321,7 @@ const CONFIGS: &[Config] = &[
         count: 5,
         period_ms: 250,
         burst: 0,
+        paced: false,
         seed: 0x5899_65CC_7537_4CC3,
     },
     Config {
@@ -278,6 +330,7 @@ const CONFIGS: &[Config] = &[
         count: 4,
         period_ms: 1_000,
         burst: 0,
+        paced: false,
         seed: 0x1D8E_4E27_C47D_124F,
     },
     Config {
@@ -286,6 +339,7 @@ const CONFIGS: &[Config] = &[
         count: 3,
         period_ms: 500,
         burst: 0,
+        paced: false,
         seed: 0x2545_F491_4F6C_DD1D,
     },
     Config {
@@ -294,6 +348,7 @@ const CONFIGS: &[Config] = &[
         count: 3,
         period_ms: 1_000,
         burst: 0,
+        paced: false,
         seed: 0x94D0_49BB_1331_11EB,
     },
     Config {
@@ -302,6 +357,7 @@ const CONFIGS: &[Config] = &[
         count: 5,
         period_ms: 200,
         burst: 0,
+        paced: false,
         seed: 0xBF58_476D_1CE4_E5B9,
     },
 ];
@@ -417,15 +473,11 @@ fn build(config: &Config) -> Arc<dyn Limiter> {
         // store's quota state, which SQLite also runs): its refunds follow
         // the stores' rule (nothing moved the TAT since the grant), where
         // the lock-free `GcraLimiter` compares the TAT itself.
-        Algorithm::Gcra => {
-            let quota = Quota::gcra(config.count, period).unwrap();
-            let quota = quota.with_burst(config.burst).unwrap();
-            Arc::new(RateLimiter::new(MemoryStore::new(), config.name, quota))
-        }
-        Algorithm::TokenBucket => {
-            let quota = Quota::token_bucket(config.burst, config.count, period).unwrap();
-            Arc::new(RateLimiter::new(MemoryStore::new(), config.name, quota))
-        }
+        Algorithm::Gcra | Algorithm::TokenBucket => Arc::new(RateLimiter::new(
+            MemoryStore::new(),
+            config.name,
+            config.quota(),
+        )),
         Algorithm::FixedWindow => Arc::new(FixedWindowLimiter::new(config.count, period).unwrap()),
         Algorithm::SlidingWindowCounter => {
             Arc::new(SlidingWindowCounterLimiter::new(config.count, period).unwrap())
@@ -777,7 +829,7 @@ impl RedisBackend {
                 // `RateLimiter` passes its jitter, 0 without a backoff.
                 ("acquire", vec![cost.to_string(), 0.0_f64.to_string()])
             }
-            Call::Acquire(cost) => ("acquire", vec![cost.to_string()]),
+            Call::Acquire(cost) => (config.acquire(), vec![cost.to_string()]),
             Call::Peek(cost) => ("peek", vec![cost.to_string()]),
             Call::Status => ("status", vec![]),
             Call::Take if config.algorithm == Algorithm::SlidingLog => {
@@ -965,7 +1017,7 @@ impl Backend for PgBackend<'_> {
         let sliding_log = config.algorithm == Algorithm::SlidingLog;
         // The crate's arguments (src/store/postgres/quota.rs, sliding_log.rs).
         let (op, args): (&str, Vec<i64>) = match call {
-            Call::Acquire(cost) => ("acquire", vec![i64::from(cost)]),
+            Call::Acquire(cost) => (config.acquire(), vec![i64::from(cost)]),
             Call::Peek(cost) => ("peek", vec![i64::from(cost)]),
             Call::Status => ("status", vec![]),
             Call::Take if sliding_log => ("record", vec![]),
@@ -1064,20 +1116,7 @@ fn check_stores(what: &str, algorithms: &[Algorithm]) {
 
 /// The limiter of `config` on `store`: what SQLite decides with.
 fn on_sqlite(config: &Config, store: SqliteStore) -> Arc<dyn Limiter> {
-    let (name, period) = (config.name, config.period());
-    let quota = match config.algorithm {
-        Algorithm::Gcra => {
-            Quota::gcra(config.count, period).and_then(|quota| quota.with_burst(config.burst))
-        }
-        Algorithm::TokenBucket => Quota::token_bucket(config.burst, config.count, period),
-        Algorithm::FixedWindow => Quota::fixed_window(config.count, period),
-        Algorithm::SlidingWindowCounter => Quota::sliding_window_counter(config.count, period),
-        Algorithm::SlidingLog => {
-            let builder = RateLimiter::builder(name, config.count, period).without_backoff();
-            return Arc::new(builder.store(store).build().unwrap());
-        }
-    };
-    Arc::new(RateLimiter::new(store, name, quota.unwrap()))
+    Arc::new(RateLimiter::new(store, config.name, config.quota()))
 }
 
 /// Replays `vectors` on SQLite, on a file of its own per vector whose
@@ -1297,7 +1336,9 @@ fn directed(config: &Config, index: u64, label: &str, steps: &[(u64, Op)]) -> Ve
 }
 
 /// Sequences the random scripts reach only now and then: on GCRA, a grant
-/// settled or refunded after later calls changed the state. Each grant
+/// settled or refunded after later calls changed the state, and, on a
+/// paced quota, grants made a few milliseconds after the line ended (the
+/// pacing tolerance). Each grant
 /// holds a slot of GCRA's line; giving it back frees the slot's time still
 /// ahead, at the line's end or as a gap the next grant takes
 /// (`src/algorithms/slots.rs`).
@@ -1307,6 +1348,11 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
     let started = std::time::Instant::now();
     let fast = &CONFIGS[0]; // 5 per 1 s, burst 3: a cell is 200 ms, a burst 600 ms.
     let long = &CONFIGS[2]; // 4 per 1 s, burst 6: a cell is 250 ms, a burst 1.5 s.
+    let pacing = &CONFIGS[4]; // 1 per 100 ms, burst 1, paced.
+    assert_eq!(
+        (pacing.count, pacing.period_ms, pacing.burst, pacing.paced),
+        (1, 100, 1, true)
+    );
     assert_eq!(
         (fast.count, fast.burst, long.count, long.burst),
         (5, 3, 4, 6)
@@ -1452,6 +1498,27 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
                 (20, Refund(1)),
                 (20, Status),
                 (30, Acquire(5)),
+            ],
+        ),
+        // Grants a waiter woke late for keep their place on a paced line,
+        // up to the pacing tolerance (2 ms), if the line ended at most
+        // 10 ms ago (`src/clock.rs` `paced_from`): 1, 3 and 2 ms late, then
+        // 11 ms late (counts from now), then on time.
+        directed(
+            pacing,
+            1_009,
+            "late grants within the pacing tolerance",
+            &[
+                (0, Acquire(1)),
+                (101, Acquire(1)),
+                (203, Status),
+                (203, Acquire(1)),
+                (303, Peek(1)),
+                (303, Acquire(1)),
+                (412, Acquire(1)),
+                (512, Acquire(1)),
+                (611, Acquire(1)),
+                (711, Status),
             ],
         ),
     ];

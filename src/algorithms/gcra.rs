@@ -52,13 +52,18 @@ impl Names {
     };
 }
 
-/// A validated configuration: the emission interval and the burst.
+/// A validated configuration: the emission interval, the burst, and
+/// whether a late waiter keeps its slot ([`judge`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CellConfig {
     /// `T`: nanoseconds per cell.
     interval: u64,
     /// `B`: how many cells may go at once.
     burst: u32,
+    /// Whether a grant after the TAT counts its cells from up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) before now
+    /// ([`paced_from`]) instead of from now.
+    paced: bool,
 }
 
 impl CellConfig {
@@ -99,7 +104,13 @@ impl CellConfig {
                 "divided by the count must be at most 100 years",
             ));
         }
-        Self { interval, burst: 1 }.with_burst(names, burst)
+        let paced = false;
+        Self {
+            interval,
+            burst: 1,
+            paced,
+        }
+        .with_burst(names, burst)
     }
 
     /// The same rate, `burst` at once.
@@ -115,6 +126,16 @@ impl CellConfig {
             ));
         }
         Ok(Self { burst, ..self })
+    }
+
+    /// The same configuration, pacing late waiters ([`judge`]) or not.
+    pub(crate) fn paced(self, paced: bool) -> Self {
+        Self { paced, ..self }
+    }
+
+    /// Whether a late waiter keeps its slot.
+    pub(crate) fn is_paced(self) -> bool {
+        self.paced
     }
 
     pub(crate) fn interval(self) -> Duration {
@@ -140,15 +161,22 @@ impl CellConfig {
         self.interval * u64::from(self.burst)
     }
 
+    /// `T`, then `B` with the pacing flag above its 32 bits.
     pub(crate) fn words(self) -> [u64; 2] {
-        [self.interval, u64::from(self.burst)]
+        let paced = u64::from(self.paced) << 32;
+        [self.interval, u64::from(self.burst) | paced]
     }
 
     #[inline]
-    pub(crate) fn from_words([interval, burst]: [u64; 2]) -> Self {
-        // Only `words` writes them: the burst is a u32.
-        let burst = u32::try_from(burst).unwrap_or(u32::MAX);
-        Self { interval, burst }
+    pub(crate) fn from_words([interval, word]: [u64; 2]) -> Self {
+        // Only `words` writes them: the burst is the low 32 bits.
+        let burst = word as u32;
+        let paced = word >> 32 != 0;
+        Self {
+            interval,
+            burst,
+            paced,
+        }
     }
 
     pub(crate) fn burst(self) -> u32 {
@@ -160,6 +188,17 @@ impl CellConfig {
 /// the instant it would be granted. A cost above the burst (possible
 /// only if a retune lowered it since the caller's
 /// check) is told to retry now, when the check refuses it.
+///
+/// A paced configuration's grant that comes after the TAT counts its cells
+/// from there, or from
+/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) (τ) before now if
+/// the TAT is further behind (see [`paced_from`]), so that a waiter woken
+/// late on tokio's millisecond timer does not cost the rate its slot. The
+/// same calls conform either way; only the TAT a grant leaves may be
+/// earlier, by at most τ. Each grant still moves the TAT by at least
+/// `n·T`, and leaves it no earlier than `now − τ + n·T` and no later than
+/// `now + B·T`, so the grants of any closed interval of length `t` cost at
+/// most `B + ⌊(t + τ) / T⌋` (`B + ⌊t / T⌋` unpaced).
 #[inline]
 pub(crate) fn judge(
     config: CellConfig,
@@ -176,6 +215,8 @@ pub(crate) fn judge(
     let ready_at = conforms_at.max(not_before);
     if ready_at > now {
         Err(ready_at)
+    } else if config.paced {
+        Ok(paced_from(tat, now).saturating_add(weight))
     } else {
         Ok(tat.max(now).saturating_add(weight))
     }
@@ -190,31 +231,4 @@ pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
     };
     let lead = u128::from(lead) * u128::from(new) / u128::from(old);
     now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
-}
-
-/// [`judge`] for an in-memory limiter, whose waiting callers wake on
-/// tokio's millisecond timer: a grant that comes after the TAT counts its
-/// cells from there, or from
-/// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) (τ) before now if
-/// the TAT is further behind (see [`paced_from`]), so a late wake-up does
-/// not cost the rate its slot. The same calls conform as under [`judge`];
-/// only the TAT a grant leaves may be earlier, by at most τ. An ended
-/// pause plays no part, so a key's TAT alone still decides inline.
-///
-/// Each grant still moves the TAT by at least `n·T`, and leaves it no
-/// earlier than `now − τ + n·T` and no later than `now + B·T`, so the
-/// grants of any closed interval of length `t` cost at most
-/// `B + ⌊(t + τ) / T⌋`. The stores decide strictly, with no tolerance
-/// ([`slots`](super::slots)).
-#[inline]
-pub(crate) fn judge_late(
-    config: CellConfig,
-    now: u64,
-    not_before: u64,
-    tat: u64,
-    cost: u32,
-) -> Result<u64, u64> {
-    judge(config, now, not_before, tat, cost)?;
-    let from = paced_from(tat, now);
-    Ok(from.saturating_add(config.weight(cost)))
 }

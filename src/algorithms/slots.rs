@@ -16,7 +16,10 @@
 //! most `B·T` (extra cells a settle charges aside), and every slot starts
 //! no earlier than its grant, so the grants of any window of length `t`,
 //! those given back excepted, hold at most `B·T + t` of the line: at most
-//! `B + t / T` cells. A refund is exact whatever happened since its grant,
+//! `B + t / T` cells. A paced quota's grant at the end of the line may
+//! start up to [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ
+//! before it (a waiter woken late keeps its place, [`Line::grant`]): then
+//! at most `B + (t + τ) / T`, as [`judge`](super::gcra::judge) says. A refund is exact whatever happened since its grant,
 //! with one loss: a gap that passes before a grant takes it is time that
 //! nobody used, as a full bucket's refill is (in a busy limiter, the next
 //! caller in line takes it at once). At most [`MAX_GAPS`] gaps are kept;
@@ -26,6 +29,8 @@
 //! Times are nanoseconds from the store's origin. A ticket that does not
 //! name a slot the line still holds (given back already, from a state that
 //! expired since, or from before the interval changed) gives nothing back.
+
+use crate::clock::paced_from;
 
 /// The most gaps a line keeps.
 pub(crate) const MAX_GAPS: usize = 1024;
@@ -84,10 +89,30 @@ impl Line {
         at.saturating_add(excess)
     }
 
-    /// Gives a grant of `weight` at `now` a slot (the first gap it fits in,
-    /// else the end of the line); the slot's end, the grant's ticket.
-    /// Expects [`pass`](Self::pass) at `now` first.
+    /// Gives `weight` taken at `now` a slot (the first gap it fits in, else
+    /// the end of the line); the slot's end, the grant's ticket. Expects
+    /// [`pass`](Self::pass) at `now` first.
     pub(crate) fn take(&mut self, now: u64, weight: u64) -> u64 {
+        self.take_from(now, self.tat.max(now), weight)
+    }
+
+    /// Gives a grant of `weight` that GCRA's test admitted at `now` a slot,
+    /// as [`take`](Self::take) does, except that a paced grant at the end
+    /// of a line that ended before now starts where [`paced_from`] says: a
+    /// waiter that woke late keeps its place, up to
+    /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ.
+    pub(crate) fn grant(&mut self, now: u64, weight: u64, paced: bool) -> u64 {
+        let from = if paced {
+            paced_from(self.tat, now)
+        } else {
+            self.tat.max(now)
+        };
+        self.take_from(now, from, weight)
+    }
+
+    /// A slot of `weight` in the first gap it fits in, else from `from` at
+    /// the end of the line (`from` is at least the line's end).
+    fn take_from(&mut self, now: u64, from: u64, weight: u64) -> u64 {
         if weight == 0 {
             return self.tat.max(now);
         }
@@ -103,7 +128,7 @@ impl Line {
                 return slot_end;
             }
         }
-        self.tat = self.tat.max(now).saturating_add(weight);
+        self.tat = from.saturating_add(weight);
         self.tat
     }
 

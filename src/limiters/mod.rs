@@ -54,6 +54,7 @@ mod pacing_tests {
 
     use super::*;
     use crate::limiter::{Admission, Limiter};
+    use crate::store::{MemoryStore, Quota};
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -106,6 +107,39 @@ mod pacing_tests {
     async fn token_bucket_keeps_a_late_slot() {
         let limiter = GcraLimiter::token_bucket(1, 1_000, SECOND).unwrap();
         paces(|| take(&limiter)).await;
+    }
+
+    /// A store's GCRA and token bucket with the pacing tolerance, on the
+    /// lock-free open line and under the lock (a look closes the line).
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_quota_keeps_a_late_slot_in_a_store() {
+        let gcra = Quota::gcra(1_000, SECOND).unwrap();
+        let bucket = Quota::token_bucket(1, 1_000, SECOND).unwrap();
+        for quota in [gcra, bucket] {
+            let paced = quota.with_pacing_tolerance().unwrap();
+            let limiter = RateLimiter::new(MemoryStore::new(), "paced", paced);
+            paces(|| take(&limiter)).await;
+            let limiter = RateLimiter::new(MemoryStore::new(), "closed", paced);
+            paces(|| {
+                limiter.peek(1).into_ready().ok();
+                take(&limiter)
+            })
+            .await;
+        }
+    }
+
+    /// Without the tolerance a late start counts from when it came: the
+    /// slot after it is a whole interval later.
+    #[tokio::test(start_paused = true)]
+    async fn a_strict_quota_counts_a_late_start_from_now() {
+        let quota = Quota::gcra(1_000, SECOND).unwrap();
+        let limiter = RateLimiter::new(MemoryStore::new(), "strict", quota);
+        let start = Instant::now();
+        assert_eq!(take(&limiter), None);
+        advance(Duration::from_micros(2_500)).await;
+        assert_eq!(take(&limiter), None);
+        let next = start + Duration::from_micros(3_500);
+        assert_eq!(take(&limiter), Some(next));
     }
 
     #[tokio::test(start_paused = true)]

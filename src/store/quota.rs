@@ -76,7 +76,10 @@ impl QuotaKind {
 
 impl Quota {
     /// GCRA: `count` calls per `period`, evenly spaced, one at a time (raise
-    /// the burst with [`with_burst`](Quota::with_burst)). As [`GcraLimiter::new`](crate::GcraLimiter::new).
+    /// the burst with [`with_burst`](Quota::with_burst)). Strict: no two
+    /// calls closer than `period / count` while the burst is 1; see
+    /// [`with_pacing_tolerance`](Quota::with_pacing_tolerance) for the
+    /// rule of [`GcraLimiter::new`](crate::GcraLimiter::new).
     ///
     /// ```
     /// use std::time::Duration;
@@ -98,7 +101,8 @@ impl Quota {
     }
 
     /// A token bucket holding up to `capacity` tokens, refilled with
-    /// `refill` tokens per `period`. As [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket).
+    /// `refill` tokens per `period`. As [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket),
+    /// but strict (see [`with_pacing_tolerance`](Quota::with_pacing_tolerance)).
     ///
     /// ```
     /// use std::time::Duration;
@@ -299,6 +303,51 @@ impl Quota {
         Ok(Self::cells(config))
     }
 
+    /// The same GCRA or token bucket quota, letting a waiter that woke late
+    /// keep its slot: a grant that comes after the cells were due takes
+    /// them from up to [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE)
+    /// τ (2 ms) before now, so that tokio's millisecond timer, which wakes a
+    /// waiter up to about 2 ms after its instant, does not cost a paced
+    /// rate its lateness (without it, a burst of 1 at 1,000 a second
+    /// delivers about half the rate to callers waiting in a
+    /// [`LimitLayer`](crate::LimitLayer)). The price: in any span `t`,
+    /// grants cost at most `burst + ⌊(t + τ) / T⌋` cells instead of
+    /// `burst + ⌊t / T⌋`, so a window of the rate's period may see
+    /// `⌈rate × τ⌉` calls more than the rate (one at up to 500 a second).
+    /// Keep the default, strict, when an upstream enforces exactly this
+    /// rate with a sliding window. Every store decides it alike.
+    /// [`GcraLimiter`](crate::GcraLimiter) always paces this way.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for a quota that is not GCRA or a token bucket.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::store::Quota;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let strict = Quota::gcra(1_000, Duration::from_secs(1))?;
+    /// let paced = strict.with_pacing_tolerance()?;
+    /// assert_ne!(strict, paced);
+    /// assert_eq!(paced.capacity(), strict.capacity());
+    ///
+    /// let window = Quota::fixed_window(10, Duration::from_secs(1))?;
+    /// assert_eq!(window.with_pacing_tolerance().unwrap_err().field(), "pacing_tolerance");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_pacing_tolerance(self) -> Result<Self, ConfigError> {
+        match self.kind {
+            QuotaKind::Cells(cells) => Ok(Self::cells(cells.paced(true))),
+            _ => Err(ConfigError::new(
+                "pacing_tolerance",
+                crate::clock::PACING_TOLERANCE,
+                "applies only to GCRA and token bucket quotas",
+            )),
+        }
+    }
+
     fn cells(config: CellConfig) -> Self {
         Self {
             kind: QuotaKind::Cells(config),
@@ -428,6 +477,17 @@ pub(crate) fn log_op(op: &'static str, quota: &Quota) -> (&'static str, Option<f
         "take" => ("record", Some(quota.jitter())),
         "reset" => ("clear", None),
         op => (op, None),
+    }
+}
+
+/// How the GCRA scripts (Lua, PL/pgSQL) name operation `op` of a
+/// [`QuotaStore`]: a paced quota's `acquire` is `pace`
+/// ([`Quota::with_pacing_tolerance`]).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn cells_op(op: &'static str, quota: &Quota) -> &'static str {
+    match quota.kind {
+        QuotaKind::Cells(cells) if op == "acquire" && cells.is_paced() => "pace",
+        _ => op,
     }
 }
 

@@ -253,7 +253,8 @@ impl Cells {
             return Err(ready);
         }
         self.line.pass(now);
-        Ok(self.line.take(now, self.config.weight(cost)))
+        let (weight, paced) = (self.config.weight(cost), self.config.is_paced());
+        Ok(self.line.grant(now, weight, paced))
     }
 
     /// When the state stops mattering: once the TAT plus a whole burst has

@@ -1,7 +1,7 @@
 //! The in-memory state of [`GcraLimiter`](crate::GcraLimiter) and
 //! [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket): one atomic TAT and one
-//! atomic pause, decided on by [`judge_late`]: GCRA's test, a late caller
-//! taking its cells from at most
+//! atomic pause, decided on by [`judge`] with a paced configuration:
+//! GCRA's test, a late caller taking its cells from at most
 //! [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) back (see
 //! [`crate::algorithms::gcra`]).
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
-use crate::algorithms::gcra::{CellConfig, judge, judge_late, rescale};
+use crate::algorithms::gcra::{CellConfig, judge, rescale};
 use crate::clock::Clock;
 use crate::error::{CostTooHigh, LimiterError};
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -75,10 +75,10 @@ impl Cells {
         Self::with_tat(config, clock, 0)
     }
 
-    /// A bucket whose TAT is `tat`, with no pause.
+    /// A bucket whose TAT is `tat`, with no pause; it paces late waiters.
     fn with_tat(config: CellConfig, clock: Clock, tat: u64) -> Arc<Self> {
         Arc::new(Self {
-            config: SeqCell::new(config.words()),
+            config: SeqCell::new(config.paced(true).words()),
             tat: CachePadded::new(AtomicU64::new(tat)),
             not_before: AtomicU64::new(0),
             reopened: ReleaseEvent::new(),
@@ -118,7 +118,7 @@ impl Cells {
     fn decide(&self, mut config: CellConfig, cost: u32) -> Outcome {
         let (now, not_before, mut tat) = self.read();
         loop {
-            let next = match judge_late(config, now, not_before, tat, cost) {
+            let next = match judge(config, now, not_before, tat, cost) {
                 Ok(next) => next,
                 Err(at) => {
                     let retry_at = Some(at);
@@ -155,7 +155,7 @@ impl Cells {
         let config = self.config();
         Self::check(config, cost)?;
         let (now, not_before, tat) = self.read();
-        let outcome = match judge_late(config, now, not_before, tat, cost) {
+        let outcome = match judge(config, now, not_before, tat, cost) {
             Ok(next) => Outcome {
                 config,
                 now,
@@ -289,6 +289,7 @@ impl Cells {
     /// A decision racing with the change is made under one configuration
     /// or the other, never a mix.
     pub(super) fn retune(&self, config: CellConfig) {
+        let config = config.paced(true);
         let old = self.config();
         self.config.store_then(config.words(), || {
             let now = self.clock.now_nanos();
@@ -441,7 +442,7 @@ impl<L> InlineState<L> {
     pub(crate) const FRESH: u64 = 0;
 
     /// [`Cells::admit`] on a TAT held inline, by the caller's lock: the
-    /// same test ([`judge_late`]), the same permit, the same instant on a
+    /// same test ([`judge`]), the same permit, the same instant on a
     /// denial. Nobody else can move an inline TAT, so there is no one to
     /// listen for.
     pub(crate) fn admit(&self, tat: &mut u64, cost: u32) -> Result<Admission, LimiterError> {
@@ -467,7 +468,7 @@ impl<L> InlineState<L> {
     /// grant, moves `tat` and returns it; else when the call would conform.
     #[inline(always)]
     pub(crate) fn decide(&self, now: u64, tat: &mut u64, cost: u32) -> Result<u64, u64> {
-        let next = judge_late(self.config, now, 0, *tat, cost)?;
+        let next = judge(self.config, now, 0, *tat, cost)?;
         *tat = next;
         Ok(next)
     }

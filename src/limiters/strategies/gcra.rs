@@ -30,7 +30,8 @@ use crate::rate::Rate;
 /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) τ (2 ms) before
 /// now, so a late wake-up does not cost the rate its slot. In any interval
 /// of length `t`, admitted calls cost at most `burst + ⌊(t + τ) / T⌋` in
-/// total (`burst + ⌊t / T⌋` for a strict GCRA, as the stores decide).
+/// total (`burst + ⌊t / T⌋` for a strict GCRA, as a store's [`Quota`](crate::store::Quota)
+/// decides unless built [`with_pacing_tolerance`](crate::store::Quota::with_pacing_tolerance)).
 ///
 /// # When to pick it
 ///

@@ -128,7 +128,7 @@ BEGIN
     v_cut := tick; v_ret := v_tat; v_gaps := '{}';
   END IF;
 
-  IF op IN ('acquire', 'peek') THEN
+  IF op IN ('acquire', 'pace', 'peek') THEN
     -- The GCRA test for a grant of `cost`: at most a burst less its weight
     -- held ahead of now.
     v_ready := greatest(
@@ -137,7 +137,7 @@ BEGIN
     IF op = 'peek' THEN RETURN ARRAY[1, 0]; END IF;
   END IF;
 
-  IF op IN ('acquire', 'take') THEN
+  IF op IN ('acquire', 'pace', 'take') THEN
     -- A slot for the grant: the first gap if it fits, else the line's end.
     v_gaps := __SCHEMA__.cells_pass(v_gaps, t);
     v_weight := CASE WHEN op = 'take' THEN tick ELSE tick * args[1] END;
@@ -150,6 +150,11 @@ BEGIN
       ELSE
         v_gaps[1] := v_end;
       END IF;
+    ELSIF op = 'pace' AND t > v_tat AND t - v_tat <= 10000 AND v_tat > 0 THEN
+      -- A paced grant a waiter woke late for keeps its place, up to the
+      -- pacing tolerance (2 ms) before now (src/clock.rs paced_from).
+      v_tat := t - least(t - v_tat, 2000) + v_weight;
+      v_end := v_tat;
     ELSE
       v_tat := greatest(v_tat, t) + v_weight;
       v_end := v_tat;

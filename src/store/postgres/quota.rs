@@ -10,7 +10,7 @@ use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 use crate::store::late::{self, Late};
-use crate::store::quota::{log_adjustment, log_op};
+use crate::store::quota::{cells_op, log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 /// The function of each quota algorithm, defined by its SQL file: adding
@@ -92,7 +92,7 @@ impl PostgresStore {
                 let tick = cells.interval().as_secs_f64() * 1e6;
                 let burst = i64::from(cells.burst());
                 let params: Params = vec![
-                    Box::new(op),
+                    Box::new(cells_op(op, quota)),
                     Box::new(name),
                     Box::new(tick),
                     Box::new(burst),

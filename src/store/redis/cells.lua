@@ -9,7 +9,8 @@
 --          free (the gaps' time, as of the last change)
 -- KEYS[2]  sorted set: the gaps, time of the line no grant holds, each
 --          "start end" (µs) scored by its start
--- ARGV     op, interval T (µs, fractional), burst B, then the op's arguments
+-- ARGV     op, interval T (µs, fractional), burst B, then the op's arguments;
+--          'pace' is 'acquire' for a quota with the pacing tolerance
 -- Returns  an array of integers; times are durations from now (µs). A
 --          grant's ticket is its slot's end in quarters of a µs: a double
 --          of Unix µs (2^50 and up, since 2005) steps by a quarter or more,
@@ -107,9 +108,20 @@ local function ready_at(cost)
   return math.max(held_at_most(span - interval * cost), nb)
 end
 
--- A slot of `weight` for a grant: the first gap if it fits, else the end of
--- the line. Its end.
-local function take(weight)
+-- Where a paced grant at the end of the line starts (src/clock.rs
+-- paced_from): the line's end if now has not passed it; if now is at most
+-- 10 ms past it (a waiter woken late), up to the pacing tolerance (2 ms)
+-- before now; else now.
+local function paced_from()
+  local late = now - tat
+  if late <= 0 then return tat end
+  if late <= 10000 and tat > 0 then return now - math.min(late, 2000) end
+  return now
+end
+
+-- A slot of `weight`: the first gap if it fits, else the end of the line,
+-- from `from`. Its end.
+local function take(weight, from)
   if weight == 0 then return math.max(tat, now) end
   local first = redis.call('ZRANGE', gaps, 0, 0)[1]
   if first then
@@ -120,7 +132,7 @@ local function take(weight)
       return start + weight
     end
   end
-  tat = math.max(tat, now) + weight
+  tat = from + weight
   return tat
 end
 
@@ -189,13 +201,15 @@ local function save()
   expire()
 end
 
-if op == 'acquire' or op == 'peek' then
+if op == 'acquire' or op == 'pace' or op == 'peek' then
   local cost = tonumber(ARGV[4])
   local ready = ready_at(cost)
   if ready > now then return {0, math.ceil(ready - now)} end
   if op == 'peek' then return {1, 0} end
   pass()
-  local finish = take(interval * cost)
+  local from = math.max(tat, now)
+  if op == 'pace' then from = paced_from() end
+  local finish = take(interval * cost, from)
   save()
   return {1, finish * 4}
 elseif op == 'status' then
@@ -206,7 +220,7 @@ elseif op == 'status' then
   end, now)
 elseif op == 'take' then
   pass()
-  local finish = take(interval)
+  local finish = take(interval, math.max(tat, now))
   save()
   return {1, finish * 4}
 elseif op == 'adjust' then

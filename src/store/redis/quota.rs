@@ -11,7 +11,7 @@ use crate::error::LimiterError;
 use crate::limiter::LimiterFuture;
 use crate::quota_status::QuotaStatus;
 use crate::store::late::{self, Late};
-use crate::store::quota::{log_adjustment, log_op};
+use crate::store::quota::{cells_op, log_adjustment, log_op};
 use crate::store::{Quota, QuotaKind, QuotaStore, StoreError, WindowDecision};
 
 /// The script of each quota algorithm: adding an algorithm adds its
@@ -93,6 +93,7 @@ impl RedisStore {
                 extra.extend(jitter.map(|jitter| jitter.to_string()));
                 op
             }
+            QuotaScript::Cells => cells_op(op, quota),
             _ => op,
         };
         arguments.insert(0, op.to_owned());
