@@ -12,7 +12,8 @@ use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower_limits::limiter::Admission;
 use tower_limits::limiters::FreshLimiter;
-use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit};
+use tower_limits::store::{MemoryStore, Quota};
+use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit, RateLimiter};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -182,6 +183,38 @@ proptest! {
             .unwrap()
             .with_clock(tower_limits::clock::Clock::tokio());
         replay(template, ops);
+    }
+}
+
+/// A [`RateLimiter`] on tokio's clock in a memory store of its own.
+fn in_memory(quota: Quota) -> RateLimiter {
+    let store = MemoryStore::new().with_clock(tower_limits::clock::Clock::tokio());
+    RateLimiter::new(store, "tenants", quota)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A `RateLimiter` of a GCRA quota in memory, strict or paced: the
+    /// inline path and a limiter per key (on the store's own rules for
+    /// refunds, gaps and all) agree on every decision.
+    #[test]
+    fn inline_stored_gcra_decides_as_a_limiter_per_key(
+        ops in prop::collection::vec(op(), 1..120),
+        paced in any::<bool>(),
+    ) {
+        let quota = Quota::gcra(3, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+        let quota = if paced { quota.with_pacing_tolerance().unwrap() } else { quota };
+        replay(in_memory(quota), ops);
+    }
+
+    /// The same for a token bucket quota.
+    #[test]
+    fn inline_stored_token_bucket_decides_as_a_limiter_per_key(
+        ops in prop::collection::vec(op(), 1..120),
+    ) {
+        let quota = Quota::token_bucket(2, 1, Duration::from_millis(400)).unwrap();
+        replay(in_memory(quota), ops);
     }
 }
 

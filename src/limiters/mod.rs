@@ -32,7 +32,8 @@ mod strategies;
 pub use adaptive::{AdaptiveRateLimiter, AdaptiveRateLimiterBuilder, Pacer, SharedPacer};
 pub use adaptive_concurrency::{AdaptiveConcurrencyLimiter, AdaptiveConcurrencyLimiterBuilder};
 pub use combinators::{
-    CompositeLimiter, Failover, FreshLimiter, KeyedLimiter, KeyedLimiterBuilder, OutagePolicy,
+    CompositeLimiter, Failover, FreshLimiter, InlineState, KeyedLimiter, KeyedLimiterBuilder,
+    OutagePolicy,
 };
 pub use stored::{
     BatchedLimiter, BatchedLimiterBuilder, LeasedConcurrencyLimiter, RateLimiter,
@@ -40,7 +41,7 @@ pub use stored::{
 };
 pub use strategies::{
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
-    GcraState, InlineState, LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
+    GcraState, LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
 };
 
 /// The pacing tolerance on each pacer, on paused time: a late start keeps

@@ -95,7 +95,7 @@ impl MemoryStore {
     }
 
     /// The clock every state of this store reads.
-    pub(super) fn clock(&self) -> &Clock {
+    pub(crate) fn clock(&self) -> &Clock {
         &self.inner.clock
     }
 

@@ -98,6 +98,46 @@ impl MemoryStore {
         LimiterFuture::ready(Ok(answer))
     }
 
+    /// A key no name reaches: a state of its own, dropped with its last
+    /// key (a keyed limiter's key).
+    pub(crate) fn private_quota_key() -> MemoryQuotaKey {
+        MemoryQuotaKey::default()
+    }
+
+    /// A private key whose state under the GCRA `quota` is a line ending at
+    /// `tat`, with no gap and no pause, open for decisions without the lock.
+    pub(crate) fn quota_key_at(quota: &Quota, tat: u64) -> MemoryQuotaKey {
+        let key = Self::private_quota_key();
+        let mut state = QuotaState::fresh(quota, |windows| windows);
+        if let QuotaState::Cells(cells) = &mut state {
+            cells.line.tat = tat;
+        }
+        key.0.line.open(Some(&state));
+        let slot = Slot {
+            quota: *quota,
+            state,
+        };
+        *key.0.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
+        key
+    }
+
+    /// The TAT of `key`'s state, if it is all the state there is: the quota
+    /// is the GCRA `quota`, its line has no gap, and no pause is in force.
+    pub(crate) fn inline_tat(&self, key: &MemoryQuotaKey, quota: &Quota) -> Option<u64> {
+        let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = slot.as_mut()?;
+        key.0.line.close(Some(&mut current.state));
+        let now = self.clock().now_nanos();
+        let tat = match &current.state {
+            QuotaState::Cells(cells) if current.quota == *quota && cells.line.gaps.is_empty() => {
+                (cells.not_before <= now).then_some(cells.line.tat)
+            }
+            _ => None,
+        };
+        key.0.line.open(Some(&current.state));
+        tat
+    }
+
     fn instant_of(&self, nanos: u64) -> Instant {
         self.clock().instant_at(nanos)
     }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use hashbrown::HashTable;
 
+use super::InlineState;
 use crate::clock::{Clock, duration_nanos};
 use crate::error::{ConfigError, KeysFull, LimiterError};
 use crate::limiter::{Admission, Limiter, LimiterFuture};
-use crate::limiters::strategies::InlineState;
 use crate::line::Queue;
 use crate::quota_status::QuotaStatus;
 

@@ -4,8 +4,10 @@
 
 mod composite;
 mod failover;
+mod inline;
 mod keyed;
 
 pub use composite::CompositeLimiter;
 pub use failover::{Failover, OutagePolicy};
+pub use inline::InlineState;
 pub use keyed::{FreshLimiter, KeyedLimiter, KeyedLimiterBuilder};

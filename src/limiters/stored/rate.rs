@@ -14,10 +14,11 @@ use crate::limiter::{
     Admission, Denial, Limiter, LimiterFuture, Permit, ReleaseEvent, ReleaseListener,
 };
 use crate::limiters::internals::quota_cell::QuotaCell;
+use crate::limiters::{FreshLimiter, InlineState};
 use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
 use crate::store::late::{spawn_or_warn, until_applied};
-use crate::store::{Backoff, MemoryStore, Quota, QuotaStore, WindowDecision};
+use crate::store::{Backoff, MemoryStore, Quota, QuotaKind, QuotaStore, WindowDecision};
 
 /// A [`Quota`] kept in a [store](crate::store): the classic rate limiter,
 /// and the limit shared by every process that uses the same store and name.
@@ -198,6 +199,10 @@ impl<S: QuotaStore> RateLimiter<S> {
     pub fn new(store: S, name: impl Into<String>, quota: Quota) -> Self {
         let name = name.into();
         let key = store.quota_key(&name);
+        Self::with_key(store, name, key, quota)
+    }
+
+    fn with_key(store: S, name: String, key: S::QuotaKey, quota: Quota) -> Self {
         Self {
             shared: Arc::new(RateShared {
                 name,
@@ -211,6 +216,29 @@ impl<S: QuotaStore> RateLimiter<S> {
 }
 
 impl RateLimiter {
+    /// A limiter enforcing `quota` in this process alone: on a
+    /// [`MemoryStore`] of its own, which decides GCRA and the token bucket
+    /// with one compare-and-swap while no refund left a gap.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(1))?.with_burst(2)?);
+    /// let admission = limiter.try_acquire_many(2).await?;
+    /// assert!(matches!(admission, Admission::Granted(_)));
+    /// assert!(!limiter.can_proceed().await?); // 100 ms until the next cell
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn in_memory(quota: Quota) -> Self {
+        Self::new(MemoryStore::new(), String::new(), quota)
+    }
+
     /// Starts building the seed's limiter: at most `max_executions` starts
     /// in any sliding `window` ([`Quota::sliding_log`]), named `name`, on a
     /// fresh [`MemoryStore`].
@@ -501,6 +529,70 @@ impl<S: QuotaStore> Limiter for RateLimiter<S> {
 
     fn is_in_use(&self) -> bool {
         Arc::strong_count(&self.shared) > 1
+    }
+}
+
+impl FreshLimiter for RateLimiter {
+    /// A limiter of the same quota and name on the same store, with a state
+    /// of its own that no name reaches.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::limiters::FreshLimiter;
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, LimiterExt, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = RateLimiter::in_memory(Quota::fixed_window(1, Duration::from_secs(60))?);
+    /// drop(template.acquire().await?);
+    /// let fresh = template.fresh();
+    /// assert!(fresh.can_proceed().await? && !template.can_proceed().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> Self {
+        let store = self.shared.store.clone();
+        let name = self.shared.name.clone();
+        Self::with_key(store, name, MemoryStore::private_quota_key(), self.quota())
+    }
+
+    /// A GCRA or token bucket quota's state is one TAT, kept inline by a
+    /// keyed limiter; the other quotas keep a limiter per key.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_limits::limiters::FreshLimiter;
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::RateLimiter;
+    ///
+    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
+    /// let second = Duration::from_secs(1);
+    /// assert!(RateLimiter::in_memory(Quota::gcra(5, second)?).inline_state().is_some());
+    /// assert!(RateLimiter::in_memory(Quota::sliding_log(5, second)?).inline_state().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn inline_state(&self) -> Option<InlineState<Self>> {
+        let QuotaKind::Cells(config) = self.quota().kind() else {
+            return None;
+        };
+        let clock = self.shared.store.clock().clone();
+        let make = |template: &Self, tat| {
+            let quota = template.quota();
+            let key = MemoryStore::quota_key_at(&quota, tat);
+            let (store, name) = (template.shared.store.clone(), template.shared.name.clone());
+            Self::with_key(store, name, key, quota)
+        };
+        let tat_of = |template: &Self, limiter: &Self| {
+            let quota = template.quota();
+            if limiter.quota() != quota {
+                return None;
+            }
+            let shared = &limiter.shared;
+            shared.store.inline_tat(&shared.key, &quota)
+        };
+        Some(InlineState::new(config, clock, self.fresh(), make, tat_of))
     }
 }
 

@@ -5,7 +5,6 @@
 //! [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) back (see
 //! [`crate::algorithms::gcra`]).
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -76,7 +75,7 @@ impl Cells {
     }
 
     /// A bucket whose TAT is `tat`, with no pause; it paces late waiters.
-    fn with_tat(config: CellConfig, clock: Clock, tat: u64) -> Arc<Self> {
+    pub(super) fn with_tat(config: CellConfig, clock: Clock, tat: u64) -> Arc<Self> {
         Arc::new(Self {
             config: SeqCell::new(config.paced(true).words()),
             tat: CachePadded::new(AtomicU64::new(tat)),
@@ -372,7 +371,7 @@ impl Cells {
     /// The TAT, if it is all the state there is: the configuration is
     /// `config` and no pause is in force (a pause that has ended changes no
     /// later decision, since the clock only moves forward).
-    fn inline_tat(&self, config: CellConfig) -> Option<u64> {
+    pub(super) fn inline_tat(&self, config: CellConfig) -> Option<u64> {
         if self.config() != config {
             return None;
         }
@@ -381,139 +380,9 @@ impl Cells {
     }
 }
 
-/// How a [`KeyedLimiter`](crate::KeyedLimiter) keeps a key's state in its
-/// own map, as a plain number beside the key, while nothing else needs the
-/// key's limiter: the form of [`GcraLimiter`](crate::GcraLimiter) and
-/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket), whose state is one
-/// number (the TAT) and whose configuration every key shares. Got from
-/// [`FreshLimiter::inline_state`](crate::limiters::FreshLimiter::inline_state); only
-/// this crate's limiters make one.
-///
-/// A key kept inline is decided with no allocation of its own and no
-/// second pointer to follow, by the same test as its limiter would apply.
-/// When a handle to the key's limiter is asked for
-/// ([`KeyedLimiter::limiter`](crate::KeyedLimiter::limiter), or a
-/// [`KeyedLimitLayer`](crate::limit::KeyedLimitLayer) call, which admits through
-/// the key's limiter and its line of waiting callers), the limiter is made
-/// from that number. At the key's next decision through the keyed limiter,
-/// if no handle is held, the pause set through one is over and the
-/// configuration is the template's again, the key goes back inline. One difference in waiting, none in deciding: a call denied on an
-/// inline key waits for the instant it was given, where a limiter's denial
-/// also wakes early if a refund or `clear` through a handle frees cells
-/// before then.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_limits::limiters::FreshLimiter;
-/// use tower_limits::{ConcurrencyLimiter, GcraLimiter};
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// assert!(GcraLimiter::new(10, Duration::from_secs(1))?.inline_state().is_some());
-/// assert!(ConcurrencyLimiter::new(4)?.inline_state().is_none()); // it counts running calls
-/// # Ok(())
-/// # }
-/// ```
-pub struct InlineState<L> {
-    /// The template's configuration, which every key's state is read under.
-    config: CellConfig,
-    clock: Clock,
-    /// The limiter holding these cells.
-    wrap: fn(Arc<Cells>) -> L,
-    /// The cells a limiter holds.
-    cells_of: fn(&L) -> &Cells,
-}
-
-impl<L> InlineState<L> {
-    /// The inline form of the limiters made like the one holding `template`.
-    pub(super) fn new(
-        template: &Cells,
-        wrap: fn(Arc<Cells>) -> L,
-        cells_of: fn(&L) -> &Cells,
-    ) -> Self {
-        Self {
-            config: template.config(),
-            clock: template.clock.clone(),
-            wrap,
-            cells_of,
-        }
-    }
-
-    /// A fresh key's state: a full bucket.
-    pub(crate) const FRESH: u64 = 0;
-
-    /// [`Cells::admit`] on a TAT held inline, by the caller's lock: the
-    /// same test ([`judge`]), the same permit, the same instant on a
-    /// denial. Nobody else can move an inline TAT, so there is no one to
-    /// listen for.
-    pub(crate) fn admit(&self, tat: &mut u64, cost: u32) -> Result<Admission, LimiterError> {
-        Cells::check(self.config, cost)?;
-        let decision = self.decide(self.now(), tat, cost);
-        Ok(self.admission(decision, cost))
-    }
-
-    /// Whether a call costing `cost` can ever be granted: at most the burst.
-    #[inline(always)]
-    pub(crate) fn fits(&self, cost: u32) -> bool {
-        cost <= self.config.burst()
-    }
-
-    /// The clock reading to decide at, taken before the lock (as a
-    /// limiter's CAS loop reads it before its CAS).
-    #[inline(always)]
-    pub(crate) fn now(&self) -> u64 {
-        self.clock.now_nanos()
-    }
-
-    /// The GCRA test at `now` for a cost that [fits](Self::fits): on a
-    /// grant, moves `tat` and returns it; else when the call would conform.
-    #[inline(always)]
-    pub(crate) fn decide(&self, now: u64, tat: &mut u64, cost: u32) -> Result<u64, u64> {
-        let next = judge(self.config, now, 0, *tat, cost)?;
-        *tat = next;
-        Ok(next)
-    }
-
-    /// The admission a decision stands for: a grant's permit carries the
-    /// TAT it left, as [`Cells::admission`]'s does.
-    #[inline(always)]
-    pub(crate) fn admission(&self, decision: Result<u64, u64>, cost: u32) -> Admission {
-        match decision {
-            Ok(tat) => Admission::Granted(grant(tat, cost)),
-            Err(at) => Admission::Denied(Denial::until(self.clock.instant_at(at))),
-        }
-    }
-
-    /// [`Limiter::quota_status`](crate::Limiter::quota_status) of a key
-    /// whose state is `tat`, read in place.
-    pub(crate) fn quota_status(&self, tat: u64) -> QuotaStatus {
-        quota_status(self.config, self.now(), 0, tat)
-    }
-
-    /// The limiter of a key whose state is `tat`.
-    pub(crate) fn limiter(&self, tat: u64) -> L {
-        (self.wrap)(Cells::with_tat(self.config, self.clock.clone(), tat))
-    }
-
-    /// `limiter`'s state as a TAT, if it holds nothing more: its
-    /// configuration is the template's and no pause is in force. The caller
-    /// makes sure that no handle to it is held.
-    pub(crate) fn tat_of(&self, limiter: &L) -> Option<u64> {
-        (self.cells_of)(limiter).inline_tat(self.config)
-    }
-}
-
-impl<L> fmt::Debug for InlineState<L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InlineState")
-            .field("interval", &self.config.interval())
-            .field("burst", &self.config.burst())
-            .finish_non_exhaustive()
-    }
-}
-
 /// The quota of cells in this state: the burst, refilled from empty in
 /// `B·T`; how many cells could go at `now`, and how long until more could.
-fn quota_status(config: CellConfig, now: u64, not_before: u64, tat: u64) -> QuotaStatus {
+pub(crate) fn quota_status(config: CellConfig, now: u64, not_before: u64, tat: u64) -> QuotaStatus {
     let blocked = |cost| judge(config, now, not_before, tat, cost).err();
     let (remaining, at) = search(config.burst(), blocked);
     QuotaStatus::new(
@@ -526,13 +395,13 @@ fn quota_status(config: CellConfig, now: u64, not_before: u64, tat: u64) -> Quot
 
 /// [`CostTooHigh`] for a cost above the burst.
 #[cold]
-fn too_high(cost: u32, burst: u32) -> LimiterError {
+pub(crate) fn too_high(cost: u32, burst: u32) -> LimiterError {
     LimiterError::new(CostTooHigh::new(cost, u64::from(burst)))
 }
 
 /// The permit for a grant that left the TAT at `tat`.
 #[inline]
-fn grant(tat: u64, cost: u32) -> Permit {
+pub(crate) fn grant(tat: u64, cost: u32) -> Permit {
     let permit = Permit::with_token(tat);
     // Its cost is 1 already; `with_cost` is not inlined across crates.
     if cost == 1 {

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cell::{Cells, InlineState, Outcome};
+use super::cell::{Cells, Outcome};
 use crate::algorithms::gcra::{CellConfig, Names};
 use crate::clock::Clock;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
+use crate::limiters::InlineState;
 use crate::quota_status::QuotaStatus;
 use crate::rate::Rate;
 
@@ -514,11 +515,17 @@ impl crate::limiters::FreshLimiter for GcraLimiter {
     /// # }
     /// ```
     fn inline_state(&self) -> Option<crate::limiters::InlineState<Self>> {
-        Some(InlineState::new(
-            &self.cells,
-            |cells| Self { cells },
-            |it| &it.cells,
-        ))
+        let config = self.cells.config();
+        let clock = self.cells.clock().clone();
+        let make = |template: &Self, tat| {
+            let (config, clock) = (template.cells.config(), template.cells.clock().clone());
+            Self {
+                cells: Cells::with_tat(config, clock, tat),
+            }
+        };
+        let tat_of =
+            |template: &Self, limiter: &Self| limiter.cells.inline_tat(template.cells.config());
+        Some(InlineState::new(config, clock, self.fresh(), make, tat_of))
     }
 }
 

@@ -12,7 +12,7 @@ mod null;
 mod sliding_window_counter;
 mod window;
 
-pub use cell::InlineState;
+pub(crate) use cell::{grant, quota_status, too_high};
 pub use concurrency::ConcurrencyLimiter;
 pub use delay::DelayLimiter;
 pub use evenly_spaced::EvenlySpacedRateLimiter;
