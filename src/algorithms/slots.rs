@@ -29,6 +29,13 @@
 //! Times are nanoseconds from the store's origin. A ticket that does not
 //! name a slot the line still holds (given back already, from a state that
 //! expired since, or from before the interval changed) gives nothing back.
+//! Nor does one from before a reset: a reset empties the line, and the
+//! grants made since take slots from now on, where the old slots were, so
+//! an old ticket may name time a new grant holds. The stores keep the end
+//! the line had at the reset (`retuned`, as for a change of interval) and
+//! give back no slot ending at or before it: a grant made after the reset
+//! whose slot ends there is not given back either (its ticket cannot be
+//! told from an old one), one ending later is, as before.
 
 use crate::clock::paced_from;
 

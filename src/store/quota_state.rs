@@ -10,6 +10,12 @@
 //! counted in, for GCRA the end of the slot it holds (see
 //! [`slots`](crate::algorithms::slots)), for a sliding log its start.
 //!
+//! A reset ([`QuotaState::clear`]) empties the state but keeps a floor: the
+//! tickets at or below it (the old line's end for GCRA, the reset's window
+//! for the windows, the reset's instant for a sliding log) may name what
+//! grants made before the reset held, so they give nothing back (extra
+//! units are still charged).
+//!
 //! SQLite keeps a sliding log in rows of its own (`sqlite/sliding_log.rs`),
 //! so only the memory store holds [`QuotaState::SlidingLog`].
 
@@ -41,7 +47,7 @@ pub(crate) struct Cells {
     pub(crate) line: Line,
     /// The interval the line's slots were cut with; a slot ending at or
     /// before `retuned` was cut with an earlier one, and is not given back
-    /// (its length is not known).
+    /// (its length is not known), or was held before a reset.
     pub(crate) cut: u64,
     pub(crate) retuned: u64,
     /// Nothing starts before this.
@@ -57,6 +63,8 @@ pub(crate) struct FixedWindow {
     pub(crate) count: u64,
     /// Nothing starts before this.
     pub(crate) not_before: u64,
+    /// The window of the last reset: tickets up to it give nothing back.
+    pub(crate) cleared: Option<u64>,
 }
 
 /// A sliding window counter's two counts.
@@ -66,6 +74,8 @@ pub(crate) struct SlidingWindowCounter {
     pub(crate) counts: Counts,
     /// Nothing starts before this.
     pub(crate) not_before: u64,
+    /// The window of the last reset: tickets up to it give nothing back.
+    pub(crate) cleared: Option<u64>,
 }
 
 /// A sliding log: the starts in the window, and the pause and backoff.
@@ -77,6 +87,8 @@ pub(crate) struct SlidingLog {
     pub(crate) backoff: Option<Backoff>,
     pub(crate) starts: StartLog,
     pub(crate) pause: Pause,
+    /// The instant of the last reset: starts up to it give nothing back.
+    pub(crate) cleared: Option<u64>,
 }
 
 impl QuotaState {
@@ -97,12 +109,14 @@ impl QuotaState {
                 index: None,
                 count: 0,
                 not_before: 0,
+                cleared: None,
             }),
             QuotaKind::SlidingWindowCounter { max, window } => {
                 Self::SlidingWindowCounter(SlidingWindowCounter {
                     windows: windows(Windows::validated(max, window)),
                     counts: Counts::default(),
                     not_before: 0,
+                    cleared: None,
                 })
             }
             QuotaKind::SlidingLog {
@@ -115,7 +129,36 @@ impl QuotaState {
                 backoff,
                 starts: StartLog::default(),
                 pause: Pause::default(),
+                cleared: None,
             }),
+        }
+    }
+
+    /// Resets the state at `now`: full capacity, no pause, and a floor on
+    /// the tickets that give anything back, past every ticket granted
+    /// before (a ticket from before the reset may name what a grant made
+    /// since holds, and can no longer be told from it).
+    pub(crate) fn clear(&mut self, now: u64) {
+        match self {
+            Self::Cells(cells) => {
+                cells.retuned = cells.retuned.max(cells.line.tat);
+                (cells.line, cells.not_before) = (Line::default(), 0);
+            }
+            Self::FixedWindow(window) => {
+                let cleared = window.windows.index(now).max(window.cleared.unwrap_or(0));
+                (window.index, window.count, window.not_before) = (None, 0, 0);
+                window.cleared = Some(cleared);
+            }
+            Self::SlidingWindowCounter(counter) => {
+                let cleared = counter.windows.index(now).max(counter.cleared.unwrap_or(0));
+                (counter.counts, counter.not_before) = (Counts::default(), 0);
+                counter.cleared = Some(cleared);
+            }
+            Self::SlidingLog(log) => {
+                let cleared = now.max(log.cleared.unwrap_or(0));
+                (log.starts, log.pause) = (StartLog::default(), Pause::default());
+                log.cleared = Some(cleared);
+            }
         }
     }
 
@@ -137,6 +180,7 @@ impl QuotaState {
             (Self::SlidingLog(kept), Self::SlidingLog(fresh)) => Self::SlidingLog(SlidingLog {
                 starts: kept.starts,
                 pause: kept.pause,
+                cleared: kept.cleared,
                 ..fresh
             }),
             (_, fresh) => fresh,
@@ -228,7 +272,7 @@ impl Cells {
     pub(crate) fn recut(&mut self) {
         let interval = self.config.interval_nanos();
         if self.cut != interval {
-            (self.cut, self.retuned) = (interval, self.line.tat);
+            (self.cut, self.retuned) = (interval, self.retuned.max(self.line.tat));
             self.line.gaps.clear();
         }
     }
@@ -259,15 +303,18 @@ impl Cells {
 
     /// When the state stops mattering: once the TAT plus a whole burst has
     /// passed, since a settle may charge up to a burst on top of the TAT a
-    /// grant left.
+    /// grant left, and not before the line a reset emptied would have
+    /// ended (its tickets give nothing back until then).
     #[cfg(feature = "sqlite")]
     pub(crate) fn ends(&self) -> u64 {
-        self.line.tat.saturating_add(self.config.span())
+        let ends = self.line.tat.saturating_add(self.config.span());
+        ends.max(self.retuned)
     }
 
     /// Gives back, or charges, the difference between `from` and `to` cells
     /// of the grant whose slot ends at `ticket`; its new ticket, if it can
-    /// still be adjusted down.
+    /// still be adjusted down. A slot ending at or before `retuned` (cut
+    /// with another interval, or held before a reset) gives nothing back.
     fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) -> Option<u64> {
         self.line.pass(now);
         let cut_before = ticket <= self.retuned;
@@ -308,13 +355,27 @@ impl FixedWindow {
     }
 
     /// Moves the `from` units counted in window `index` to `to`, in the
-    /// window of `now`.
+    /// window of `now`; a grant from before a reset (see [`refused`]) only
+    /// has its extra units charged.
     fn recount(&mut self, now: u64, index: u64, from: u32, to: u32) {
         let current = self.windows.index(now);
+        let (index, from, to) = refused(self.cleared, current, index, from, to);
         let counted = self.count_in(current);
         if let Some(count) = fixed_window::recount(index, current, counted, from, to) {
             (self.index, self.count) = (Some(current), count);
         }
+    }
+}
+
+/// The adjustment of a window grant counted in window `index`: as asked,
+/// unless a reset happened in that window or after it (`cleared`), where
+/// the grant's units can no longer be told from those counted since: then
+/// a grant of nothing in the `current` window, settled to the extra units.
+fn refused(cleared: Option<u64>, current: u64, index: u64, from: u32, to: u32) -> (u64, u32, u32) {
+    if cleared.is_some_and(|cleared| index <= cleared) {
+        (current, 0, to.saturating_sub(from))
+    } else {
+        (index, from, to)
     }
 }
 
@@ -330,9 +391,12 @@ impl SlidingWindowCounter {
         Ok(index)
     }
 
-    /// Moves the `from` units counted in window `index` to `to`.
+    /// Moves the `from` units counted in window `index` to `to`; a grant
+    /// from before a reset (see [`refused`]) only has its extra units
+    /// charged.
     fn recount(&mut self, now: u64, index: u64, from: u32, to: u32) {
         let current = self.windows.index(now);
+        let (index, from, to) = refused(self.cleared, current, index, from, to);
         self.counts = self.counts.at(current);
         if let Some(counts) = self.counts.recount(current, index, from, to) {
             self.counts = counts;
@@ -375,8 +439,13 @@ impl SlidingLog {
     }
 
     /// Resizes the grant that started at `ticket` from `from` to `to` units;
-    /// a refund (to 0) that unfills the window undoes its backoff.
+    /// a refund (to 0) that unfills the window undoes its backoff. A start
+    /// at or before the last reset gives nothing back (it may share its
+    /// instant with starts since); extra units are still charged.
     fn adjust(&mut self, now: u64, ticket: u64, from: u32, to: u32) {
+        if self.cleared.is_some_and(|cleared| ticket <= cleared) && to <= from {
+            return;
+        }
         if to > 0 {
             return self.starts.resize(ticket, from, to);
         }

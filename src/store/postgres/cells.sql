@@ -4,7 +4,8 @@
 --
 -- cells      tat (the line's end, µs, fractional), nb (no grant before, µs),
 --            cut (the interval the slots were cut with), ret (slots ending
---            at or before it were cut with another interval), gaps
+--            at or before it were cut with another interval, or held before
+--            a reset: not given back), gaps
 --            ({start, end, start, end, ...}, µs: time of the line no grant
 --            holds, sorted), expires (when the row says nothing any more)
 -- Arguments  op, key, interval T (µs, fractional), burst B, the op's arguments
@@ -125,7 +126,7 @@ BEGIN
   -- Slots cut with another interval are not given back: their length is
   -- not known.
   IF v_cut <> tick THEN
-    v_cut := tick; v_ret := v_tat; v_gaps := '{}';
+    v_cut := tick; v_ret := greatest(v_ret, v_tat); v_gaps := '{}';
   END IF;
 
   IF op IN ('acquire', 'pace', 'peek') THEN
@@ -193,18 +194,22 @@ BEGIN
     v_nb := greatest(v_nb, t + args[1]);
     v_reply := ARRAY[1];
   ELSIF op = 'reset' THEN
-    DELETE FROM __SCHEMA__.cells c WHERE c.key = k;
-    RETURN ARRAY[1];
+    -- An empty line and no pause, but the old line's slots (ending at or
+    -- before its end) are not given back: grants made since may hold
+    -- their time.
+    v_ret := greatest(v_ret, v_tat); v_tat := 0; v_nb := 0; v_gaps := '{}';
+    v_reply := ARRAY[1];
   ELSE
     RAISE EXCEPTION 'unknown GCRA operation %', op;
   END IF;
 
   -- The row matters until the line's end plus a whole burst has passed: a
   -- settle charges extra cells on top of it (up to the burst), which can
-  -- bring an old TAT back ahead of now.
+  -- bring an old TAT back ahead of now; and until the end of a line a
+  -- reset emptied (`ret`): a grant from before the reset gives nothing back.
   INSERT INTO __SCHEMA__.cells AS c (key, tat, nb, cut, ret, gaps, expires)
     VALUES (k, v_tat, v_nb, v_cut, v_ret, v_gaps,
-      greatest(ceil(v_tat + tick * burst)::bigint, v_nb, t) + 1000000)
+      greatest(ceil(v_tat + tick * burst)::bigint, v_nb, t, ceil(v_ret)::bigint) + 1000000)
     ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat, nb = EXCLUDED.nb, cut = EXCLUDED.cut,
       ret = EXCLUDED.ret, gaps = EXCLUDED.gaps, expires = EXCLUDED.expires;
   RETURN v_reply;

@@ -3,7 +3,9 @@
 --
 -- sliding_log    one row per start: at (µs), expires (at + window, for cleanup)
 -- sliding_state  nb (no start before, µs), bo (current backoff, µs),
---                esc/esc_nb/esc_bo (what the last backoff replaced), expires
+--                esc/esc_nb/esc_bo (what the last backoff replaced), cl (the
+--                last reset, µs: a start at or before it gives nothing
+--                back), expires
 -- Arguments      op, key, max, window (µs), initial backoff (µs, 0 = none),
 --                multiplier, max backoff (µs), jitter, the op's own arguments
 -- Returns        an array of integers; times are durations from now (µs).
@@ -23,8 +25,21 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.sliding_state (
   esc boolean NOT NULL,
   esc_nb bigint,
   esc_bo bigint,
+  cl bigint,
   expires bigint NOT NULL
 );
+-- A table of an earlier version lacks `cl`: added, but only then (an
+-- ALTER TABLE locks the table, even one that has the column, and would hold
+-- every decision on it up until the setup commits).
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                 WHERE attrelid = (__SCHEMA_LITERAL__ || '.sliding_state')::regclass
+                   AND attname = 'cl' AND NOT attisdropped) THEN
+    ALTER TABLE __SCHEMA__.sliding_state ADD COLUMN cl bigint;
+  END IF;
+END
+$$;
 CREATE INDEX IF NOT EXISTS sliding_state_expires ON __SCHEMA__.sliding_state (expires);
 
 -- When the window has room for `cost` more starts, if it has not at `t`:
@@ -49,6 +64,7 @@ DECLARE
   v_esc boolean := false;
   v_esc_nb bigint;
   v_esc_bo bigint;
+  v_cl bigint;
   v_at bigint;
   v_full bigint;
   v_delay bigint;
@@ -61,10 +77,11 @@ BEGIN
         __SCHEMA_LITERAL__, k, max, win, initial, multiplier, cap, jitter), max);
   END IF;
   t := __SCHEMA__.micros_now();
-  SELECT s.nb, s.bo, s.esc, s.esc_nb, s.esc_bo INTO v_nb, v_bo, v_esc, v_esc_nb, v_esc_bo
+  SELECT s.nb, s.bo, s.esc, s.esc_nb, s.esc_bo, s.cl
+    INTO v_nb, v_bo, v_esc, v_esc_nb, v_esc_bo, v_cl
     FROM __SCHEMA__.sliding_state s WHERE s.key = k AND s.expires > t;
   IF NOT FOUND THEN
-    v_nb := 0; v_bo := NULL; v_esc := false;
+    v_nb := 0; v_bo := NULL; v_esc := false; v_cl := NULL;
   END IF;
 
   IF op IN ('acquire', 'record') THEN
@@ -81,6 +98,8 @@ BEGIN
   ELSIF op = 'record' THEN
     v_cost := 1;
   ELSIF op = 'refund' THEN
+    -- A start at or before the last reset gives nothing back.
+    IF args[1] <= v_cl THEN RETURN ARRAY[1]; END IF;
     DELETE FROM __SCHEMA__.sliding_log WHERE id IN (
       SELECT l.id FROM __SCHEMA__.sliding_log l WHERE l.key = k AND l.at = args[1] LIMIT args[2]);
     DELETE FROM __SCHEMA__.sliding_log l WHERE l.key = k AND l.at <= t - win;
@@ -92,7 +111,9 @@ BEGIN
     END IF;
     RETURN ARRAY[1];
   ELSIF op = 'settle' THEN
-    IF args[3] < args[2] THEN
+    IF args[3] < args[2] AND args[1] <= v_cl THEN
+      RETURN ARRAY[1];
+    ELSIF args[3] < args[2] THEN
       DELETE FROM __SCHEMA__.sliding_log WHERE id IN (
         SELECT l.id FROM __SCHEMA__.sliding_log l WHERE l.key = k AND l.at = args[1]
         LIMIT args[2] - args[3]);
@@ -115,9 +136,11 @@ BEGIN
     v_nb := greatest(v_nb, t + args[1]);
     v_esc := false;
   ELSIF op = 'clear' THEN
+    -- Kept while a start made now counts: the starts from before (at or
+    -- before now) cannot be told from those made since at the same instant.
     DELETE FROM __SCHEMA__.sliding_log l WHERE l.key = k;
-    DELETE FROM __SCHEMA__.sliding_state s WHERE s.key = k;
-    RETURN ARRAY[1];
+    v_nb := 0; v_bo := NULL; v_esc := false; v_esc_nb := NULL; v_esc_bo := NULL;
+    v_cl := greatest(t, v_cl);
   ELSE
     RAISE EXCEPTION 'unknown sliding log operation %', op;
   END IF;
@@ -136,10 +159,11 @@ BEGIN
     END IF;
   END IF;
 
-  INSERT INTO __SCHEMA__.sliding_state AS s (key, nb, bo, esc, esc_nb, esc_bo, expires)
-    VALUES (k, v_nb, v_bo, v_esc, v_esc_nb, v_esc_bo, t + greatest(win, v_nb - t) + 1000000)
+  INSERT INTO __SCHEMA__.sliding_state AS s (key, nb, bo, esc, esc_nb, esc_bo, cl, expires)
+    VALUES (k, v_nb, v_bo, v_esc, v_esc_nb, v_esc_bo, v_cl, t + greatest(win, v_nb - t) + 1000000)
     ON CONFLICT (key) DO UPDATE SET nb = EXCLUDED.nb, bo = EXCLUDED.bo, esc = EXCLUDED.esc,
-      esc_nb = EXCLUDED.esc_nb, esc_bo = EXCLUDED.esc_bo, expires = EXCLUDED.expires;
+      esc_nb = EXCLUDED.esc_nb, esc_bo = EXCLUDED.esc_bo, cl = EXCLUDED.cl,
+      expires = EXCLUDED.expires;
   IF op = 'acquire' THEN RETURN ARRAY[1, t]; END IF;
   RETURN ARRAY[1];
 END

@@ -5,8 +5,9 @@
 --
 -- KEYS[1]  hash: tat (the line's end, µs, fractional), nb (no grant
 --          before, µs), cut (the interval the slots were cut with), ret
---          (slots ending at or before it were cut with another interval),
---          free (the gaps' time, as of the last change)
+--          (slots ending at or before it were cut with another interval, or
+--          held before a reset: not given back), free (the gaps' time, as
+--          of the last change)
 -- KEYS[2]  sorted set: the gaps, time of the line no grant holds, each
 --          "start end" (µs) scored by its start
 -- ARGV     op, interval T (µs, fractional), burst B, then the op's arguments;
@@ -31,7 +32,7 @@ local MAX_GAPS = 1024
 -- Slots cut with another interval are not given back: their length is not
 -- known.
 if cut ~= interval then
-  cut, retuned, free = interval, tat, 0
+  cut, retuned, free = interval, math.max(retuned, tat), 0
   redis.call('DEL', gaps)
   if stored[1] then redis.call('HSET', key, 'cut', cut, 'ret', retuned, 'free', free) end
 end
@@ -189,9 +190,10 @@ end
 
 -- The state matters until the line's end plus a whole burst has passed: a
 -- settle charges extra cells on top of it (up to the burst), which can bring
--- an old TAT back ahead of now.
+-- an old TAT back ahead of now; and until the end of a line a reset emptied
+-- (`ret`): a grant from before the reset gives nothing back.
 local function expire()
-  local ttl = math.ceil(math.max(math.max(tat + span, nb) - now, 0) / 1000) + 1000
+  local ttl = math.ceil(math.max(math.max(tat + span, nb, retuned) - now, 0) / 1000) + 1000
   redis.call('PEXPIRE', key, ttl)
   redis.call('PEXPIRE', gaps, ttl)
 end
@@ -249,7 +251,12 @@ elseif op == 'pause' then
   expire()
   return {1}
 elseif op == 'reset' then
+  -- An empty line and no pause, but the old line's slots (ending at or
+  -- before its end) are not given back: grants made since may hold their
+  -- time.
+  tat, nb, free, retuned = 0, 0, 0, math.max(retuned, tat)
   redis.call('DEL', key, gaps)
+  save()
   return {1}
 end
 return redis.error_reply('unknown GCRA operation ' .. tostring(op))

@@ -2,7 +2,8 @@
 -- windows aligned to Unix time on the server's clock.
 --
 -- KEYS[1]  hash: i (the counted window's index), c (its count),
---          nb (no grant before, µs)
+--          nb (no grant before, µs), cl (the window of the last reset: a
+--          ticket up to it gives nothing back)
 -- ARGV     op, max, window (µs), then the op's arguments
 -- Returns  an array of integers; times are durations from now (µs).
 -- Needs    status.lua before it (the 'status' operation).
@@ -11,8 +12,9 @@ local op = ARGV[1]
 local max, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local stored = redis.call('HMGET', key, 'i', 'c', 'nb')
+local stored = redis.call('HMGET', key, 'i', 'c', 'nb', 'cl')
 local index, count, nb = tonumber(stored[1]) or -1, tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+local cleared = tonumber(stored[4])
 
 local function count_in(at_index)
   if index == at_index then return count end
@@ -32,13 +34,18 @@ end
 local function save(new_index, new_count)
   index, count = new_index, new_count
   redis.call('HSET', key, 'i', index, 'c', count)
-  local ttl = math.max((index + 1) * window, nb) - now
+  local ttl = math.max((math.max(index, cleared or -1) + 1) * window, nb) - now
   redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + 1000)
 end
 
--- Moves the `from` units counted in window `at_index` to `to`.
+-- Moves the `from` units counted in window `at_index` to `to`. A grant from
+-- before a reset (at or before its window) cannot be told from those since:
+-- only its extra units are charged.
 local function recount(at_index, from, to)
   local current = math.floor(now / window)
+  if cleared and at_index <= cleared then
+    at_index, from, to = current, 0, math.max(to - from, 0)
+  end
   local counted = count_in(current)
   if at_index == current then
     counted = math.max(counted - from, 0) + to
@@ -73,7 +80,10 @@ elseif op == 'pause' then
   redis.call('PEXPIRE', key, math.ceil((nb - now) / 1000) + 1000 + math.ceil(window / 1000))
   return {1}
 elseif op == 'reset' then
+  cleared = math.max(math.floor(now / window), cleared or 0)
   redis.call('DEL', key)
+  redis.call('HSET', key, 'cl', cleared)
+  redis.call('PEXPIRE', key, math.ceil(((cleared + 1) * window - now) / 1000) + 1000)
   return {1}
 end
 return redis.error_reply('unknown fixed window operation ' .. tostring(op))

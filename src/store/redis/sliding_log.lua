@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  sorted set of starts: score = start time (µs), member = sequence
 -- KEYS[2]  hash: nb (no start before, µs), bo (current backoff, µs),
---          seq (last member), esc/esc_nb/esc_bo (what the last backoff replaced)
+--          seq (last member), esc/esc_nb/esc_bo (what the last backoff replaced),
+--          cl (the last reset, µs: a start at or before it gives nothing back)
 -- ARGV     op, max, window (µs), initial backoff (µs, 0 = none),
 --          multiplier, max backoff (µs), then the op's own arguments
 -- Returns  an array of integers; times are durations from now (µs).
@@ -107,6 +108,8 @@ elseif op == 'record' then
   record(1, tonumber(ARGV[7]))
   return {1}
 elseif op == 'refund' then
+  local cleared = field('cl')
+  if cleared and tonumber(ARGV[7]) <= cleared then return {1} end
   erase(tonumber(ARGV[7]), tonumber(ARGV[8]))
   prune()
   if not frees_at(1) and field('esc') then
@@ -118,6 +121,8 @@ elseif op == 'refund' then
   return {1}
 elseif op == 'settle' then
   local ticket, from, to = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  local cleared = field('cl')
+  if to < from and cleared and ticket <= cleared then return {1} end
   if to < from then erase(ticket, from - to) else add(ticket, to - from) end
   expire()
   return {1}
@@ -145,7 +150,12 @@ elseif op == 'pause' then
   expire()
   return {1}
 elseif op == 'clear' then
+  -- Kept while a start made now counts: the starts from before (at or
+  -- before now) cannot be told from those made since at the same instant.
+  local cleared = math.max(now, field('cl') or 0)
   redis.call('DEL', log, state)
+  redis.call('HSET', state, 'cl', cleared)
+  expire()
   return {1}
 end
 return redis.error_reply('unknown sliding log operation ' .. tostring(op))

@@ -3,7 +3,9 @@
 -- the server's clock.
 --
 -- KEYS[1]  hash: i (the current window's index), cur (its count),
---          prev (the previous window's count), nb (no grant before, µs)
+--          prev (the previous window's count), nb (no grant before, µs),
+--          cl (the window of the last reset: a ticket up to it gives
+--          nothing back)
 -- ARGV     op, max, window (µs), then the op's arguments
 -- Returns  an array of integers; times are durations from now (µs).
 -- Needs    status.lua before it (the 'status' operation).
@@ -12,9 +14,10 @@ local op = ARGV[1]
 local max, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local stored = redis.call('HMGET', key, 'i', 'cur', 'prev', 'nb')
+local stored = redis.call('HMGET', key, 'i', 'cur', 'prev', 'nb', 'cl')
 local index = tonumber(stored[1]) or 0
 local cur, prev, nb = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0, tonumber(stored[4]) or 0
+local cleared = tonumber(stored[5])
 
 -- The counts as of window `at_index`: (current, previous).
 local function counts_at(at_index)
@@ -47,7 +50,7 @@ end
 
 local function save()
   redis.call('HSET', key, 'i', index, 'cur', cur, 'prev', prev)
-  local ttl = math.max((index + 2) * window, nb) - now
+  local ttl = math.max((math.max(index, cleared or 0) + 2) * window, nb) - now
   redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + 1000)
 end
 
@@ -59,9 +62,14 @@ local function roll()
   return current
 end
 
--- Moves the `from` units counted in window `at_index` to `to`.
+-- Moves the `from` units counted in window `at_index` to `to`. A grant from
+-- before a reset (at or before its window) cannot be told from those since:
+-- only its extra units are charged.
 local function recount(at_index, from, to)
   local current = roll()
+  if cleared and at_index <= cleared then
+    at_index, from, to = current, 0, math.max(to - from, 0)
+  end
   if at_index == current then
     cur = math.max(cur - from, 0) + to
   elseif at_index + 1 == current then
@@ -99,7 +107,10 @@ elseif op == 'pause' then
   redis.call('PEXPIRE', key, math.ceil((nb - now) / 1000) + 1000 + 2 * math.ceil(window / 1000))
   return {1}
 elseif op == 'reset' then
+  cleared = math.max(math.floor(now / window), cleared or 0)
   redis.call('DEL', key)
+  redis.call('HSET', key, 'cl', cleared)
+  redis.call('PEXPIRE', key, math.ceil(((cleared + 2) * window - now) / 1000) + 1000)
   return {1}
 end
 return redis.error_reply('unknown sliding window counter operation ' .. tostring(op))

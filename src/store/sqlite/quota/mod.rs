@@ -1,9 +1,10 @@
 //! [`QuotaStore`] for [`SqliteStore`]: each quota is one row in its
 //! algorithm's table (`cells`: GCRA and token bucket, `fixed_window`,
 //! `sliding_window_counter`), loaded, decided on and saved in one
-//! transaction.
+//! transaction; a window's or a log's last reset is a row of
+//! `tower_limits_resets` ([`RESETS`]).
 
-use rusqlite::Transaction;
+use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
 
 mod cells;
@@ -24,13 +25,56 @@ use crate::store::quota_state::QuotaState;
 use crate::store::{Quota, QuotaKind, QuotaStore, WindowDecision};
 
 /// The tables of every algorithm: adding one adds its module above, its
-/// tables here, and its state to [`load`], [`save`] and [`table`].
-pub(super) const TABLES: [Tables; 4] = [
+/// tables here, and its state to [`load`], [`save`] and [`save_resets`].
+pub(super) const TABLES: [Tables; 5] = [
     cells::TABLES,
     fixed_window::TABLES,
     sliding_window_counter::TABLES,
     sliding_log::TABLES,
+    RESETS,
 ];
+
+/// The floor the last reset of a window or log quota left under the
+/// tickets that give anything back (`QuotaState::clear`): its window, or
+/// its instant (µs) for a log, by the quota's name and its rows' table
+/// (`kind`). Apart from those rows, whose columns stay as they were. A
+/// GCRA line keeps its own (`retuned`).
+const RESETS: Tables = Tables {
+    names: &["tower_limits_resets"],
+    create: "
+CREATE TABLE IF NOT EXISTS tower_limits_resets (
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    cleared INTEGER NOT NULL,
+    expires INTEGER NOT NULL,
+    PRIMARY KEY (name, kind)
+) WITHOUT ROWID;
+",
+};
+
+/// Keeps `cleared`, the last reset of the quota `name` whose rows are in
+/// the table `kind`, until `expires`.
+fn save_reset(
+    tx: &Transaction<'_>,
+    name: &str,
+    kind: &str,
+    cleared: i64,
+    expires: i64,
+) -> rusqlite::Result<()> {
+    let sql = "INSERT OR REPLACE INTO tower_limits_resets (name, kind, cleared, expires) \
+               VALUES (?1, ?2, ?3, ?4)";
+    tx.prepare_cached(sql)?
+        .execute(params![name, kind, cleared, expires])?;
+    Ok(())
+}
+
+/// The last reset [`save_reset`] kept for `name` and `kind`, if any.
+fn reset_of(tx: &Transaction<'_>, name: &str, kind: &str) -> rusqlite::Result<Option<i64>> {
+    let sql = "SELECT cleared FROM tower_limits_resets WHERE name = ?1 AND kind = ?2";
+    tx.prepare_cached(sql)?
+        .query_row([name, kind], |row| row.get(0))
+        .optional()
+}
 
 /// The state of `quota` called `name`: its row in its algorithm's table,
 /// or a fresh state. Windows fall on multiples of their length in Unix
@@ -49,6 +93,18 @@ fn load(tx: &Transaction<'_>, name: &str, quota: &Quota) -> rusqlite::Result<Quo
     })
 }
 
+/// Writes the reset `state` keeps to [`RESETS`].
+fn save_resets(tx: &Transaction<'_>, name: &str, state: &QuotaState) -> rusqlite::Result<()> {
+    match state {
+        QuotaState::FixedWindow(state) => fixed_window::save_reset(tx, name, state),
+        QuotaState::SlidingWindowCounter(state) => {
+            sliding_window_counter::save_reset(tx, name, state)
+        }
+        // The line keeps it in its row; a log writes its own.
+        QuotaState::Cells(_) | QuotaState::SlidingLog(_) => Ok(()),
+    }
+}
+
 /// Writes `state` back to its row.
 fn save(tx: &Transaction<'_>, name: &str, state: &QuotaState) -> rusqlite::Result<()> {
     match state {
@@ -56,17 +112,6 @@ fn save(tx: &Transaction<'_>, name: &str, state: &QuotaState) -> rusqlite::Resul
         QuotaState::FixedWindow(state) => fixed_window::save(tx, name, state),
         QuotaState::SlidingWindowCounter(state) => sliding_window_counter::save(tx, name, state),
         QuotaState::SlidingLog(_) => Ok(()),
-    }
-}
-
-/// The table that holds `quota`'s rows.
-fn table(quota: &Quota) -> &'static str {
-    match quota.kind() {
-        QuotaKind::Cells { .. } => cells::TABLE,
-        QuotaKind::FixedWindow { .. } => fixed_window::TABLE,
-        QuotaKind::SlidingWindowCounter { .. } => sliding_window_counter::TABLE,
-        // `reset` clears a log, and its backoff, through `log_reset`.
-        QuotaKind::SlidingLog { .. } => "tower_limits_starts",
     }
 }
 
@@ -229,6 +274,8 @@ impl QuotaStore for SqliteStore {
         }))
     }
 
+    /// Keeps the row, emptied, with the floor below which tickets of
+    /// grants from before give nothing back (`QuotaState::clear`).
     fn reset<'a>(
         &'a self,
         key: &'a SqliteKey,
@@ -237,13 +284,12 @@ impl QuotaStore for SqliteStore {
         if is_log(quota) {
             return LimiterFuture::new(self.log_reset(key, quota));
         }
-        let (name, sql) = (
-            key.owned(),
-            format!("DELETE FROM {} WHERE name = ?1", table(quota)),
-        );
-        LimiterFuture::new(self.call(Mode::Write, move |tx, _| {
-            tx.prepare_cached(&sql)?.execute([&*name])?;
-            Ok(())
+        let (name, quota) = (key.owned(), *quota);
+        LimiterFuture::new(self.call(Mode::Write, move |tx, now| {
+            let mut state = load(tx, &name, &quota)?;
+            state.clear(nonnegative(now.0));
+            save(tx, &name, &state)?;
+            save_resets(tx, &name, &state)
         }))
     }
 }

@@ -4,7 +4,9 @@
 //! Starts are rows of `tower_limits_starts` (one per unit of cost, at the
 //! start's time in microseconds, which is the grant's ticket); the pause,
 //! the current backoff and what the last backoff replaced are one row of
-//! `tower_limits_backoffs`. Times here are microseconds of Unix time.
+//! `tower_limits_backoffs`; the instant of the last reset, at or before
+//! which a start gives nothing back, a row of `tower_limits_resets`. Times
+//! here are microseconds of Unix time.
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::time::Instant;
@@ -40,6 +42,9 @@ CREATE TABLE IF NOT EXISTS tower_limits_backoffs (
 ) WITHOUT ROWID;
 ",
 };
+
+/// The kind of the log's resets in `tower_limits_resets`: its starts' table.
+const KIND: &str = "tower_limits_starts";
 
 /// One log inside a transaction, at `now`, under a policy (zeros without).
 struct Log<'a> {
@@ -198,7 +203,17 @@ impl Log<'_> {
         })
     }
 
+    /// Whether the start at `at` may share its instant with starts made
+    /// after a reset (at or before the last reset's): it gives nothing back.
+    fn before_reset(&self, at: i64) -> rusqlite::Result<bool> {
+        let cleared = super::reset_of(self.tx, self.name, KIND)?;
+        Ok(cleared.is_some_and(|cleared| at <= cleared))
+    }
+
     fn refund(&self, ticket: u64, cost: u32) -> rusqlite::Result<()> {
+        if self.before_reset(crate::store::sqlite::signed(ticket))? {
+            return Ok(());
+        }
         self.erase(crate::store::sqlite::signed(ticket), cost)?;
         self.prune()?;
         if self.frees_at(1)?.is_some() {
@@ -213,12 +228,18 @@ impl Log<'_> {
     fn settle(&self, ticket: u64, from: u32, to: u32) -> rusqlite::Result<()> {
         let at = crate::store::sqlite::signed(ticket);
         if to < from {
+            if self.before_reset(at)? {
+                return Ok(());
+            }
             self.erase(at, from - to)
         } else {
             self.add(at, to - from)
         }
     }
 
+    /// Empties the log and the pause, and keeps the reset's instant as long
+    /// as a start made at it counts: the starts at or before it give
+    /// nothing back.
     fn clear(&self) -> rusqlite::Result<()> {
         for sql in [
             "DELETE FROM tower_limits_starts WHERE name = ?1",
@@ -226,7 +247,10 @@ impl Log<'_> {
         ] {
             self.tx.prepare_cached(sql)?.execute([self.name])?;
         }
-        Ok(())
+        let last = super::reset_of(self.tx, self.name, KIND)?;
+        let cleared = self.now.max(last.unwrap_or(0));
+        let until = self.now.saturating_add(self.window);
+        super::save_reset(self.tx, self.name, KIND, cleared, expiry(until))
     }
 
     /// Denied until `at` (µs).

@@ -26,28 +26,37 @@ CREATE TABLE IF NOT EXISTS tower_limits_sliding_windows (
 ",
 };
 
-/// `fresh` with the numbers of the row called `name`, if there is one.
+/// `fresh` with the numbers of the row called `name`, if there is one, and
+/// the window of its last reset (kept apart, see [`super::RESETS`]).
 pub(super) fn load(
     tx: &Transaction<'_>,
     name: &str,
     fresh: SlidingWindowCounter,
 ) -> rusqlite::Result<SlidingWindowCounter> {
-    let sql = "SELECT window_index, current, previous, next_available \
+    let sql = "SELECT window_index, current, previous, next_available, (SELECT cleared FROM \
+               tower_limits_resets WHERE name = ?1 AND kind = 'tower_limits_sliding_windows') \
                FROM tower_limits_sliding_windows WHERE name = ?1";
-    let row: Option<(i64, i64, i64, i64)> = tx
+    let row: Option<(i64, i64, i64, i64, Option<i64>)> = tx
         .prepare_cached(sql)?
         .query_row([name], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
         })
         .optional()?;
     Ok(match row {
-        Some((index, current, previous, next_available)) => SlidingWindowCounter {
+        Some((index, current, previous, next_available, cleared)) => SlidingWindowCounter {
             counts: Counts {
                 index: nonnegative(index),
                 current: nonnegative(current),
                 previous: nonnegative(previous),
             },
             not_before: nonnegative(next_available),
+            cleared: cleared.map(nonnegative),
             ..fresh
         },
         None => fresh,
@@ -67,8 +76,10 @@ pub(super) fn save(
         current,
         previous,
     } = counter.counts;
-    // The counts matter until the next window has weighed them too.
-    let ends = counter.windows.start(index.saturating_add(2));
+    // The counts matter until the next window has weighed them too, and a
+    // reset (read with the row) as long as its window's.
+    let last = index.max(counter.cleared.unwrap_or(0));
+    let ends = counter.windows.start(last.saturating_add(2));
     tx.prepare_cached(sql)?.execute(params![
         name,
         stored(index),
@@ -78,4 +89,18 @@ pub(super) fn save(
         expires(ends, counter.not_before)
     ])?;
     Ok(())
+}
+
+/// Keeps the window of the reset of `counter` (see [`super::RESETS`]) as
+/// long as the row.
+pub(super) fn save_reset(
+    tx: &Transaction<'_>,
+    name: &str,
+    counter: &SlidingWindowCounter,
+) -> rusqlite::Result<()> {
+    let Some(cleared) = counter.cleared else {
+        return Ok(());
+    };
+    let ends = counter.windows.start(cleared.saturating_add(2));
+    super::save_reset(tx, name, TABLE, stored(cleared), expires(ends, 0))
 }
