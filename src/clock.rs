@@ -332,8 +332,8 @@ impl Clock {
 /// the deadline is rounded up to the timer's next tick, and the wait for
 /// that tick to a whole millisecond).
 ///
-/// [`GcraLimiter`](crate::GcraLimiter),
-/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket),
+/// A [`RateLimiter`](crate::RateLimiter) of a GCRA or token bucket quota
+/// built [`with_pacing_tolerance`](crate::store::Quota::with_pacing_tolerance),
 /// [`EvenlySpacedRateLimiter`](crate::EvenlySpacedRateLimiter) and
 /// [`LeakyBucketLimiter`](crate::LeakyBucketLimiter) pace calls one slot
 /// after another. A call that starts after the slot it was due (a waiter

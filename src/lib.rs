@@ -10,10 +10,9 @@
 //! |---|---|
 //! | [`NullLimiter`] | always (no limit) |
 //! | [`ConcurrencyLimiter`] | fewer than `max` calls are running |
-//! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: by default fewer than `max` calls started in the sliding window, backing off with jitter once it fills; or GCRA, a token bucket, a fixed or sliding window counter; in memory, or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
+//! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: GCRA (as governor and redis-cell) or a token bucket (the same algorithm configured by its capacity), a fixed or sliding window counter, or the seed's sliding log of starts ([`RateLimiter::builder`]: fewer than `max` calls started in the window, backing off with jitter once it fills); in memory ([`RateLimiter::in_memory`]), or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start (cost × that, after a costly call), whatever the number of callers and the call duration |
-//! | [`GcraLimiter`] | its cells conform to `count` per `period` with at most `burst` at once (GCRA, as governor and redis-cell); as [`GcraLimiter::token_bucket`], the bucket holds enough tokens (the same algorithm: it refills at a steady rate up to its capacity) |
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
 //! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
 //! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
@@ -62,10 +61,13 @@
 //!
 //! # Which limiter do I need?
 //!
-//! - **An API says "N requests per second/minute"**: [`GcraLimiter`] (exact
-//!   pacing; its pacing tolerance keeps late timer wake-ups from costing the
-//!   rate), [`GcraLimiter::token_bucket`] if the API states a bucket size; a
-//!   [`RateLimiter`] if you want the exact sliding log of starts.
+//! - **An API says "N requests per second/minute"**: a [`RateLimiter`] of
+//!   [`Quota::gcra`](store::Quota::gcra) (exact pacing; add
+//!   [`with_pacing_tolerance`](store::Quota::with_pacing_tolerance) so that
+//!   late timer wake-ups do not cost a burst of 1 its rate), or
+//!   [`Quota::token_bucket`](store::Quota::token_bucket) if the API states a
+//!   bucket size; [`RateLimiter::builder`] for the seed's sliding log of
+//!   starts.
 //! - **You do not know the limit, or it changes**: [`AdaptiveRateLimiter`]
 //!   with `http::FeedbackLayer::adaptive` (feature `http`).
 //! - **A downstream that must never see a burst** (a fragile database, a
@@ -180,8 +182,8 @@ pub use limiter::{Limiter, LimiterExt, Permit};
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
     ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
-    GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter,
-    OutagePolicy, RateLimiter, SlidingWindowCounterLimiter,
+    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter, OutagePolicy,
+    RateLimiter, SlidingWindowCounterLimiter,
 };
 pub use quota_status::QuotaStatus;
 pub use rate::Rate;

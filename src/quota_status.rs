@@ -78,11 +78,12 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Limiter, GcraLimiter};
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let bucket = GcraLimiter::token_bucket(100, 10, Duration::from_secs(1))?;
+    /// let bucket = RateLimiter::in_memory(Quota::token_bucket(100, 10, Duration::from_secs(1))?);
     /// assert_eq!(bucket.quota_status().await?.map(|s| s.limit()), Some(100));
     /// # Ok(())
     /// # }
@@ -96,12 +97,13 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{Limiter, GcraLimiter};
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 100 tokens, 10 a second: empty to full in 10 s.
-    /// let bucket = GcraLimiter::token_bucket(100, 10, Duration::from_secs(1))?;
+    /// let bucket = RateLimiter::in_memory(Quota::token_bucket(100, 10, Duration::from_secs(1))?);
     /// let window = bucket.quota_status().await?.map(|s| s.window());
     /// assert_eq!(window, Some(Duration::from_secs(10)));
     /// # Ok(())
@@ -135,12 +137,13 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{GcraLimiter, Limiter, LimiterExt};
+    /// use tower_limits::{Limiter, LimiterExt, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // One cell a second, five at once.
-    /// let limiter = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?.with_burst(5)?);
     /// assert_eq!(limiter.quota_status().await?.and_then(|s| s.refill_in()), None);
     /// drop(limiter.acquire_many(3).await?);
     /// let status = limiter.quota_status().await?.expect("a quota");

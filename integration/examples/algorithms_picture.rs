@@ -23,9 +23,10 @@ use std::time::Duration;
 use plotters::prelude::*;
 use tokio::time::{Instant, sleep_until, timeout};
 use tower_limits::error::ConfigError;
+use tower_limits::store::Quota;
 use tower_limits::{
-    EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter, LeakyBucketLimiter, Limiter,
-    LimiterExt, RateLimiter, SlidingWindowCounterLimiter,
+    EvenlySpacedRateLimiter, FixedWindowLimiter, LeakyBucketLimiter, Limiter, LimiterExt,
+    RateLimiter, SlidingWindowCounterLimiter,
 };
 
 /// How long the picture runs.
@@ -66,10 +67,14 @@ fn limiters() -> Vec<(&'static str, Make)> {
     const SECOND: Duration = Duration::from_secs(1);
     vec![
         ("Token bucket (capacity 10)", || {
-            Ok(Arc::new(GcraLimiter::token_bucket(10, 10, SECOND)?))
+            let quota = Quota::token_bucket(10, 10, SECOND)?.with_pacing_tolerance()?;
+            Ok(Arc::new(RateLimiter::in_memory(quota)))
         }),
         ("GCRA (burst 3)", || {
-            Ok(Arc::new(GcraLimiter::new(10, SECOND)?.with_burst(3)?))
+            let quota = Quota::gcra(10, SECOND)?
+                .with_burst(3)?
+                .with_pacing_tolerance()?;
+            Ok(Arc::new(RateLimiter::in_memory(quota)))
         }),
         ("Fixed window", || {
             Ok(Arc::new(FixedWindowLimiter::new(10, SECOND)?))

@@ -19,7 +19,9 @@ use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_limits::error::BoxError;
 use tower_limits::http::TooManyRequestsLayer;
-use tower_limits::{GcraLimiter, KeyedLimiter, RateLimiter};
+use tower_limits::limiters::FreshLimiter;
+use tower_limits::store::Quota;
+use tower_limits::{KeyedLimiter, RateLimiter};
 
 /// Each tenant: 2 requests per 10 s.
 const TENANT_QUOTA: u32 = 2;
@@ -35,7 +37,7 @@ fn tenant_of(head: &http::request::Parts) -> String {
 }
 
 /// The application, limited per client address and per tenant.
-pub fn app(per_peer: KeyedLimiter<IpAddr, GcraLimiter>) -> Result<Router, BoxError> {
+pub fn app(per_peer: KeyedLimiter<IpAddr, RateLimiter>) -> Result<Router, BoxError> {
     let per_tenant = KeyedLimiter::builder(|tenant: &String| {
         RateLimiter::builder(tenant.clone(), TENANT_QUOTA, TENANT_WINDOW)
             .without_backoff()
@@ -71,11 +73,12 @@ pub struct Answer {
 /// Serves the app on loopback, then sends a few requests for two tenants.
 /// Also says whether the per-address limit keyed the client by its address.
 pub async fn run() -> Result<(Vec<Answer>, bool), BoxError> {
-    let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
-        let rate = GcraLimiter::new(100, Duration::from_secs(1)).expect("valid configuration");
-        rate.with_burst(20).expect("valid burst")
-    })
-    .build()?;
+    // Each address: 100 a second, 20 at once; every key's state is its own.
+    let quota = Quota::gcra(100, Duration::from_secs(1))?
+        .with_burst(20)?
+        .with_pacing_tolerance()?;
+    let template = RateLimiter::in_memory(quota);
+    let per_peer = KeyedLimiter::builder(move |_: &IpAddr| template.fresh()).build()?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let app = app(per_peer.clone())?.into_make_service_with_connect_info::<SocketAddr>();

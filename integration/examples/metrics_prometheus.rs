@@ -21,7 +21,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, Rejected};
-use tower_limits::{GcraLimiter, LimitLayer};
+use tower_limits::store::Quota;
+use tower_limits::{LimitLayer, RateLimiter};
 
 /// Installs the Prometheus recorder (once per process: layers register
 /// their metrics when named, so it comes first), runs the calls, and serves
@@ -29,9 +30,14 @@ use tower_limits::{GcraLimiter, LimitLayer};
 pub async fn run() -> Result<SocketAddr, BoxError> {
     let prometheus = PrometheusBuilder::new().install_recorder()?;
 
-    let upstream = LimitLayer::new(GcraLimiter::new(10, Duration::from_secs(1))?.with_burst(10)?)
-        .name("upstream");
-    let search = LimitLayer::new(GcraLimiter::new(5, Duration::from_secs(60))?.with_burst(5)?)
+    let upstream = Quota::gcra(10, Duration::from_secs(1))?
+        .with_burst(10)?
+        .with_pacing_tolerance()?;
+    let upstream = LimitLayer::new(RateLimiter::in_memory(upstream)).name("upstream");
+    let search = Quota::gcra(5, Duration::from_secs(60))?
+        .with_burst(5)?
+        .with_pacing_tolerance()?;
+    let search = LimitLayer::new(RateLimiter::in_memory(search))
         .name("search")
         .reject();
     let echo = service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });

@@ -25,8 +25,8 @@ use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
-    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
-    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, KeyedLimiter,
+    LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
     SlidingWindowCounterLimiter,
 };
 
@@ -119,11 +119,14 @@ enum Make {
     /// A quota in the memory store, picked by the `u8`, with a burst.
     Shared(u32, Duration, u32, u8),
     Leased(u32, Duration),
+    /// GCRA per key: from a template (keys inline) or a limiter made per
+    /// key.
     Keyed {
         count: u32,
         period: Duration,
         max_keys: usize,
         idle_timeout: Duration,
+        inline: bool,
     },
     Composite(u32, u32, Duration),
     /// A learned rate: start, floor and ceiling (count per period), burst,
@@ -164,14 +167,22 @@ fn make() -> impl Strategy<Value = Make> {
         (count_u32(), duration(), count_u32(), any::<u8>())
             .prop_map(|(n, p, b, k)| Make::Shared(n, p, b, k)),
         (count_u32(), duration()).prop_map(|(n, t)| Make::Leased(n, t)),
-        (count_u32(), duration(), count_usize(), duration()).prop_map(
-            |(count, period, max_keys, idle_timeout)| Make::Keyed {
-                count,
-                period,
-                max_keys,
-                idle_timeout,
-            }
-        ),
+        (
+            count_u32(),
+            duration(),
+            count_usize(),
+            duration(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(count, period, max_keys, idle_timeout, inline)| Make::Keyed {
+                    count,
+                    period,
+                    max_keys,
+                    idle_timeout,
+                    inline,
+                }
+            ),
         (count_u32(), count_u32(), duration()).prop_map(|(c, n, p)| Make::Composite(c, n, p)),
         (
             (count_u32(), duration()),
@@ -262,12 +273,14 @@ impl Make {
                 Subject::fixed(EvenlySpacedRateLimiter::new(max, window)?)
             }
             Make::Gcra(count, period, burst) => Subject::new(
-                GcraLimiter::new(count, period)?.with_burst(burst)?,
-                |l: &GcraLimiter, n, d, b| l.set_limit(n, d, b),
+                RateLimiter::in_memory(paced_gcra(count, period, burst)?),
+                retune_cells,
             ),
             Make::TokenBucket(capacity, refill, period) => Subject::new(
-                GcraLimiter::token_bucket(capacity, refill, period)?,
-                |l: &GcraLimiter, n, d, b| l.set_limit(n, d, b),
+                RateLimiter::in_memory(
+                    Quota::token_bucket(capacity, refill, period)?.with_pacing_tolerance()?,
+                ),
+                retune_cells,
             ),
             Make::LeakyBucket(count, period, queue) => {
                 Subject::fixed(LeakyBucketLimiter::new(count, period, queue)?)
@@ -304,14 +317,18 @@ impl Make {
                 period,
                 max_keys,
                 idle_timeout,
+                inline,
             } => {
-                GcraLimiter::new(count, period)?;
-                let keyed = KeyedLimiter::builder(move |_: &u8| {
-                    GcraLimiter::new(count, period).expect("checked above")
-                })
-                .max_keys(max_keys)
-                .idle_timeout(idle_timeout)
-                .build()?;
+                let quota = paced_gcra(count, period, 1)?;
+                let builder = if inline {
+                    KeyedLimiter::of(RateLimiter::in_memory(quota))
+                } else {
+                    KeyedLimiter::builder(move |_: &u8| RateLimiter::in_memory(quota))
+                };
+                let keyed = builder
+                    .max_keys(max_keys)
+                    .idle_timeout(idle_timeout)
+                    .build()?;
                 Subject::fixed(OneKey::new(keyed, 1))
             }
             Make::AdaptiveRate {
@@ -357,18 +374,45 @@ impl Make {
             Make::Composite(max, count, period) => Subject::fixed(
                 CompositeLimiter::new()
                     .with(ConcurrencyLimiter::new(max)?)
-                    .with(GcraLimiter::new(count, period)?),
+                    .with(RateLimiter::in_memory(paced_gcra(count, period, 1)?)),
             ),
         })
     }
+}
+
+/// GCRA, `count` per `period`, `burst` at once, with the pacing tolerance.
+fn paced_gcra(count: u32, period: Duration, burst: u32) -> Result<Quota, ConfigError> {
+    Quota::gcra(count, period)?
+        .with_burst(burst)?
+        .with_pacing_tolerance()
+}
+
+/// A GCRA or token bucket limiter's retune: `count` per `period`, `burst`
+/// at once, from the next decision (the TAT kept).
+fn retune_cells(
+    limiter: &RateLimiter,
+    count: u32,
+    period: Duration,
+    burst: u32,
+) -> Result<(), ConfigError> {
+    limiter.set_quota(paced_gcra(count, period, burst)?);
+    Ok(())
 }
 
 fn from_rate(rate: Rate, which: u8) -> Result<Subject, ConfigError> {
     Ok(match which % 7 {
         0 => Subject::fixed(RateLimiter::from_rate("arbitrary", rate).build()?),
         1 => Subject::fixed(EvenlySpacedRateLimiter::from_rate(rate)?),
-        2 => Subject::fixed(GcraLimiter::from_rate(rate)?),
-        3 => Subject::fixed(GcraLimiter::from_rate(rate)?.with_burst(u32::from(which))?),
+        2 => Subject::fixed(RateLimiter::in_memory(paced_gcra(
+            rate.count(),
+            rate.per(),
+            1,
+        )?)),
+        3 => Subject::fixed(RateLimiter::in_memory(paced_gcra(
+            rate.count(),
+            rate.per(),
+            u32::from(which),
+        )?)),
         4 => Subject::fixed(LeakyBucketLimiter::from_rate(rate, u32::from(which))?),
         5 => Subject::fixed(FixedWindowLimiter::from_rate(rate)?),
         _ => Subject::fixed(SlidingWindowCounterLimiter::from_rate(rate)?),

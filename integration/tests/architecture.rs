@@ -58,7 +58,8 @@ fn code_lines() -> Vec<(String, String)> {
 }
 
 /// Every `crate::` path written outside comments, as the top-level module
-/// `from` whose files hold it and the path's rest (`limiters::GcraLimiter`).
+/// `from` whose files hold it and the path's rest
+/// (`limiters::ConcurrencyLimiter`).
 fn crate_paths() -> Vec<(String, String)> {
     let mut paths = Vec::new();
     for (from, line) in code_lines() {
@@ -128,8 +129,9 @@ fn the_listing_sees_the_layers_that_are_used() {
 }
 
 /// The crate root re-exports for users; the modules name each other by
-/// their own paths (`crate::limiters::GcraLimiter`), never through the root
-/// (`crate::GcraLimiter`), which hides which module a file depends on.
+/// their own paths (`crate::limiters::ConcurrencyLimiter`), never through
+/// the root (`crate::ConcurrencyLimiter`), which hides which module a file
+/// depends on.
 #[test]
 fn no_module_reaches_another_through_the_crate_root() {
     let detours: Vec<_> = crate_paths()

@@ -333,7 +333,8 @@ mod plain_layer {
 
     use proptest::prelude::*;
     use tower::{Layer, Service, ServiceBuilder, ServiceExt, service_fn};
-    use tower_limits::{GcraLimiter, LimitLayer};
+    use tower_limits::LimitLayer;
+    use tower_limits::store::Quota;
 
     use super::*;
     use crate::common::{ms, paused_runtime};
@@ -341,7 +342,8 @@ mod plain_layer {
     #[tokio::test(start_paused = true)]
     async fn each_request_takes_its_cost_from_the_bucket_in_arrival_order() {
         // 10 tokens, refilled at 10 a second; a request is a batch of calls.
-        let bucket = GcraLimiter::token_bucket(10, 10, secs(1)).unwrap();
+        let quota = Quota::token_bucket(10, 10, secs(1)).unwrap();
+        let bucket = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
         let layer = LimitLayer::new(bucket).cost(|batch: &u32| *batch);
         let started = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = Arc::clone(&started);

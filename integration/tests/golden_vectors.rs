@@ -53,11 +53,13 @@
 //!
 //! A few directed vectors add the GCRA sequences the random scripts reach
 //! only now and then (a grant settled or refunded after later calls moved
-//! the state). They hold the stores' rule for giving cells back: only if
-//! nothing moved the TAT since the grant (a generation that moves with the
-//! TAT). The lock-free in-memory `GcraLimiter` compares the TAT itself,
-//! which also lets refunds made in the reverse order of their grants
-//! succeed; it is not the reference for these.
+//! the state). They hold the stores' rule for giving cells back: each grant
+//! holds a slot of GCRA's line, and giving it back frees what is still
+//! ahead of now in that slot, at the line's end or as a gap
+//! (`src/algorithms/slots.rs`). Others clear (the stores' `reset`) and then
+//! refund or settle grants from before and after the clear, on GCRA, the
+//! token bucket and the sliding log: a ticket at or below the floor a
+//! clear leaves gives nothing back (`QuotaStore::reset`).
 //!
 //! Expiry is the one thing the fake clock does not reach in Redis: the
 //! scripts' `PEXPIRE`s run on the server's real clock, which barely moves
@@ -81,9 +83,7 @@ use tower_limits::clock::Clock;
 use tower_limits::error::CostTooHigh;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota, SqliteStore};
-use tower_limits::{
-    FixedWindowLimiter, GcraLimiter, Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter,
-};
+use tower_limits::{FixedWindowLimiter, Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -133,9 +133,9 @@ impl XorShift {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Algorithm {
-    /// `GcraLimiter::new(count, period).with_burst(burst)`; `cells.lua`/`.sql`.
+    /// `Quota::gcra(count, period).with_burst(burst)`; `cells.lua`/`.sql`.
     Gcra,
-    /// `GcraLimiter::token_bucket(burst, count, period)`: capacity `burst`,
+    /// `Quota::token_bucket(burst, count, period)`: capacity `burst`,
     /// `count` tokens per `period`; the same cells script.
     TokenBucket,
     /// `FixedWindowLimiter::new(count, period)`.
@@ -182,20 +182,16 @@ impl Config {
         matches!(self.algorithm, Algorithm::Gcra | Algorithm::TokenBucket)
     }
 
-    /// The emission interval as the crate computes it (ns, rounded up), for
-    /// the cells scripts' `interval` argument.
+    /// The emission interval as the crate computes it, for the cells
+    /// scripts' `interval` argument: the period's nanoseconds over the
+    /// count (cells or tokens per period), rounded up.
     fn interval(&self) -> Duration {
-        match self.algorithm {
-            Algorithm::Gcra => GcraLimiter::new(self.count, self.period())
-                .unwrap()
-                .interval(),
-            Algorithm::TokenBucket => {
-                GcraLimiter::token_bucket(self.burst, self.count, self.period())
-                    .unwrap()
-                    .interval()
-            }
-            _ => unreachable!("only GCRA and the token bucket have an interval"),
-        }
+        assert!(
+            self.is_cells(),
+            "only GCRA and the token bucket have an interval"
+        );
+        let period = u64::try_from(self.period().as_nanos()).unwrap();
+        Duration::from_nanos(period.div_ceil(u64::from(self.count)))
     }
 
     /// How the cells scripts name an acquire (src/store/quota.rs
@@ -380,6 +376,10 @@ enum Op {
     Settle(usize, u32),
     /// `refund(grant)`, of the latest grant still held (0) or the one before.
     Refund(usize),
+    /// `clear()`: the store's `reset`. Only directed vectors use it, on
+    /// GCRA, the token bucket and the sliding log, whose references are
+    /// the stores' own Rust (the in-memory windows decide alone).
+    Clear,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -471,8 +471,8 @@ fn build(config: &Config) -> Arc<dyn Limiter> {
     match config.algorithm {
         // GCRA's reference is the stores' own Rust decision (the memory
         // store's quota state, which SQLite also runs): its refunds follow
-        // the stores' rule (nothing moved the TAT since the grant), where
-        // the lock-free `GcraLimiter` compares the TAT itself.
+        // the stores' rule (a grant's slot of the line, given back at the
+        // line's end or as a gap).
         Algorithm::Gcra | Algorithm::TokenBucket => Arc::new(RateLimiter::new(
             MemoryStore::new(),
             config.name,
@@ -557,6 +557,10 @@ async fn outcomes(config: &Config, limiter: Arc<dyn Limiter>, steps: &[Step]) ->
                 Outcome::Done
             }
             Op::Refund(_) => Outcome::NoPermit,
+            Op::Clear => {
+                limiter.clear().await.unwrap();
+                Outcome::Done
+            }
         };
         // A store limiter may adjust in a task (SQLite's settles and
         // refunds): let it finish before the next step.
@@ -597,6 +601,8 @@ enum Call {
         ticket: i64,
         cost: u32,
     },
+    /// The quota scripts' `reset`, the sliding log's `clear`.
+    Clear,
 }
 
 /// A store's version of the algorithm, on a fake clock.
@@ -721,6 +727,10 @@ async fn replay(
                 }
                 None => Outcome::NoPermit,
             },
+            Op::Clear => {
+                backend.run(now, Call::Clear).await?;
+                Outcome::Done
+            }
         };
         outcomes.push(outcome);
     }
@@ -847,6 +857,8 @@ impl RedisBackend {
                 (op, extra)
             }
             Call::Refund { ticket, cost } => ("refund", vec![ticket.to_string(), cost.to_string()]),
+            Call::Clear if config.algorithm == Algorithm::SlidingLog => ("clear", vec![]),
+            Call::Clear => ("reset", vec![]),
         };
         let mut arguments = vec![op.to_owned()];
         match config.algorithm {
@@ -1028,6 +1040,8 @@ impl Backend for PgBackend<'_> {
                 vec![ticket, i64::from(from), i64::from(to)],
             ),
             Call::Refund { ticket, cost } => ("refund", vec![ticket, i64::from(cost)]),
+            Call::Clear if sliding_log => ("clear", vec![]),
+            Call::Clear => ("reset", vec![]),
         };
         let row = match config.algorithm {
             Algorithm::Gcra | Algorithm::TokenBucket => {
@@ -1523,4 +1537,190 @@ fn gcra_settles_after_later_grants_match_cells_lua_and_sql() {
         ),
     ];
     check_vectors("gcra settles", &vectors, started);
+}
+
+/// A clear (the stores' `reset`) against the tickets of grants made before
+/// it: a refund or a settle down of such a grant gives nothing back, a
+/// settle up still charges; a grant made after it is given back once its
+/// ticket is past what the clear refuses (a GCRA slot ending after the old
+/// line's end, a start after the clear's instant), and not before.
+#[test]
+fn clear_refuses_earlier_tickets_in_cells_and_log_lua_and_sql() {
+    use Op::{Acquire, Clear, Peek, Refund, Settle, Status};
+    let started = std::time::Instant::now();
+    let fast = &CONFIGS[0]; // 5 per 1 s, burst 3: a cell is 200 ms, a burst 600 ms.
+    let bucket = &CONFIGS[3]; // 4 tokens, 2 per 1 s: a token is 500 ms.
+    let pacing = &CONFIGS[4]; // 1 per 100 ms, burst 1, paced.
+    let log = &CONFIGS[10]; // 3 per 1 s.
+    assert_eq!((fast.count, fast.burst), (5, 3));
+    assert_eq!(
+        (bucket.algorithm, bucket.burst, bucket.count),
+        (Algorithm::TokenBucket, 4, 2)
+    );
+    assert_eq!(
+        (pacing.count, pacing.period_ms, pacing.paced),
+        (1, 100, true)
+    );
+    assert_eq!(
+        (log.algorithm, log.count, log.period_ms),
+        (Algorithm::SlidingLog, 3, 1_000)
+    );
+    let vectors = [
+        // `a_permit_from_before_clear_gives_nothing_back`: 4 at once, never
+        // more.
+        directed(
+            bucket,
+            2_000,
+            "a refund from before a clear at the same instant",
+            &[
+                (0, Acquire(2)),
+                (0, Clear),
+                (0, Acquire(3)),
+                (0, Refund(1)),
+                (0, Status),
+                (0, Acquire(1)),
+                (0, Acquire(1)),
+            ],
+        ),
+        directed(
+            fast,
+            2_001,
+            "a settle down from before a clear",
+            &[
+                (0, Acquire(2)),
+                (100, Clear),
+                (100, Acquire(1)),
+                (150, Settle(1, 1)),
+                (150, Status),
+                (150, Acquire(3)),
+                (200, Peek(2)),
+            ],
+        ),
+        directed(
+            fast,
+            2_002,
+            "a settle up from before a clear is charged",
+            &[
+                (0, Acquire(2)),
+                (100, Clear),
+                (100, Acquire(1)),
+                (150, Settle(1, 3)),
+                (150, Status),
+                (150, Acquire(2)),
+                (200, Settle(1, 1)),
+                (200, Status),
+            ],
+        ),
+        // The grant after the clear ends its slot past the old line's end
+        // (600 ms): it comes back. One ending before it does not.
+        directed(
+            fast,
+            2_003,
+            "grants after a clear, past the old line's end and not",
+            &[
+                (0, Acquire(3)),
+                (100, Clear),
+                (100, Acquire(3)),
+                (150, Refund(0)),
+                (150, Status),
+                (200, Clear),
+                (200, Acquire(1)),
+                (250, Refund(0)),
+                (250, Status),
+            ],
+        ),
+        // A paced line emptied by a clear does not pace from its old end.
+        directed(
+            pacing,
+            2_004,
+            "a paced grant after a clear",
+            &[
+                (0, Acquire(1)),
+                (101, Clear),
+                (102, Acquire(1)),
+                (102, Refund(1)),
+                (102, Status),
+                (203, Acquire(1)),
+            ],
+        ),
+        // Starts at the clear's instant, from before it and after, cannot be
+        // told apart: neither gives anything back; later ones do.
+        directed(
+            log,
+            2_005,
+            "sliding log: starts at the clear's instant",
+            &[
+                (0, Acquire(2)),
+                (0, Clear),
+                (0, Acquire(3)),
+                (0, Refund(1)),
+                (0, Status),
+                (0, Acquire(1)),
+                (500, Settle(0, 1)),
+                (500, Status),
+                (1_000, Acquire(3)),
+                (1_000, Refund(0)),
+                (1_000, Status),
+            ],
+        ),
+        directed(
+            log,
+            2_006,
+            "sliding log: a start before the clear, one after",
+            &[
+                (0, Acquire(3)),
+                (100, Clear),
+                (200, Acquire(3)),
+                (300, Refund(1)),
+                (300, Status),
+                (300, Settle(0, 1)),
+                (300, Status),
+                (400, Settle(0, 3)),
+                (400, Status),
+            ],
+        ),
+        directed(
+            log,
+            2_007,
+            "sliding log: a settle down from before the clear, then up",
+            &[
+                (0, Acquire(2)),
+                (100, Clear),
+                (200, Acquire(3)),
+                (300, Settle(1, 1)),
+                (300, Status),
+                (300, Settle(1, 3)),
+                (300, Refund(0)),
+                (300, Status),
+                (1_100, Status),
+            ],
+        ),
+    ];
+    // What the reference answers (vector, step, units remaining): nothing
+    // from before a clear comes back, and a settle up of it is charged.
+    let statuses = [
+        (0, 4, 1), // 4 at once in a bucket of 4
+        (1, 4, 2), // the settle down gave nothing back
+        (2, 4, 1), // the settle up charged a cell
+        (3, 4, 3), // a grant ending past the old line's end came back
+        (3, 8, 2), // one ending inside it did not
+        (5, 4, 0), // nothing back at the clear's instant
+        (6, 4, 0),
+        (6, 6, 2), // a start after the clear came back
+        (7, 4, 0),
+        (7, 7, 1), // 2 starts charged at 0 ms
+        (7, 8, 3),
+    ];
+    for (vector, step, expected) in statuses {
+        let Vector {
+            label,
+            expected: outcomes,
+            ..
+        } = &vectors[vector];
+        match outcomes[step] {
+            Outcome::Status { remaining, .. } => assert_eq!(remaining, expected, "{label}"),
+            other => panic!("{label}: step {step} is {other:?}"),
+        }
+    }
+    check_vectors("clears", &vectors, started);
 }

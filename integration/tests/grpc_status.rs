@@ -22,11 +22,12 @@ use tonic::transport::{Channel, Server};
 use tonic_greeter::{Greeter, greet, say_hello};
 use tower::Layer;
 use tower_limits::http::TooManyRequestsLayer;
-use tower_limits::{ConcurrencyLimiter, GcraLimiter, KeyedLimiter, LimitLayer};
+use tower_limits::store::Quota;
+use tower_limits::{ConcurrencyLimiter, KeyedLimiter, LimitLayer, RateLimiter};
 
 /// One call a minute.
-fn one_a_minute() -> GcraLimiter {
-    GcraLimiter::new(1, Duration::from_secs(60)).expect("valid rate")
+fn one_a_minute() -> RateLimiter {
+    RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(60)).expect("valid rate"))
 }
 
 async fn connect(addr: SocketAddr) -> Channel {

@@ -22,8 +22,10 @@ use tower_limits::http::{
     ForwardedHeader, HttpLimitLayer, PeerAddr, PeerKey, TooManyRequestsLayer, TrustedProxies,
 };
 use tower_limits::limiter::{Admission, Denial, LimiterFuture};
+use tower_limits::limiters::FreshLimiter;
+use tower_limits::store::Quota;
 use tower_limits::{
-    ConcurrencyLimiter, GcraLimiter, KeyedLimiter, LimitLayer, Limiter, QuotaStatus, RateLimiter,
+    ConcurrencyLimiter, KeyedLimiter, LimitLayer, Limiter, QuotaStatus, RateLimiter,
 };
 
 fn per_peer_rate(max: u32, window: Duration) -> KeyedLimiter<IpAddr, RateLimiter> {
@@ -363,12 +365,14 @@ async fn grpc_requests_get_resource_exhausted() {
 /// A layer whose requests cost their `x-cost` header (1 without it), over
 /// a token bucket of 10 per peer refilled at 10 a second, advertised as
 /// the policy "tokens".
-fn costed() -> TooManyRequestsLayer<IpAddr, GcraLimiter> {
-    let per_peer = KeyedLimiter::builder(|_: &IpAddr| {
-        GcraLimiter::token_bucket(10, 10, Duration::from_secs(1)).expect("valid configuration")
-    })
-    .build()
-    .expect("valid configuration");
+fn costed() -> TooManyRequestsLayer<IpAddr, RateLimiter> {
+    let quota = Quota::token_bucket(10, 10, Duration::from_secs(1))
+        .and_then(Quota::with_pacing_tolerance)
+        .expect("valid configuration");
+    let template = RateLimiter::in_memory(quota);
+    let per_peer = KeyedLimiter::builder(move |_: &IpAddr| template.fresh())
+        .build()
+        .expect("valid configuration");
     let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
         let cost = head
             .headers

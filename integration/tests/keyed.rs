@@ -208,8 +208,10 @@ async fn a_lone_worker_gets_its_shard_not_the_whole_rate() {
 async fn keys_of_a_template_each_get_a_fresh_limiter() {
     use tower_limits::limiter::Admission;
     use tower_limits::limiters::FreshLimiter;
-    use tower_limits::{GcraLimiter, KeyedLimiter, Limiter};
-    let template = GcraLimiter::new(1, std::time::Duration::from_secs(1)).unwrap();
+    use tower_limits::store::Quota;
+    use tower_limits::{KeyedLimiter, Limiter, RateLimiter};
+    let quota = Quota::gcra(1, std::time::Duration::from_secs(1)).unwrap();
+    let template = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
     drop(template.try_acquire().await.unwrap()); // the template's own state is used up
     let keyed = KeyedLimiter::of(template.clone()).build().unwrap();
     for key in ["a", "b", "c"] {
@@ -226,5 +228,5 @@ async fn keys_of_a_template_each_get_a_fresh_limiter() {
         template.fresh().try_acquire().await.unwrap(),
         Admission::Granted(_)
     ));
-    assert_eq!(keyed.limiter(&"a").unwrap().interval(), template.interval());
+    assert_eq!(keyed.limiter(&"a").unwrap().quota(), template.quota());
 }

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
+use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
 use tower_limits::limiters::FreshLimiter;
 use tower_limits::store::{MemoryStore, Quota};
-use tower_limits::{GcraLimiter, KeyedLimiter, Limiter, Permit, RateLimiter};
+use tower_limits::{KeyedLimiter, Limiter, Permit, RateLimiter};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -160,61 +161,52 @@ where
     });
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    /// GCRA with a burst: the inline path and a `GcraLimiter` per key agree
-    /// on every grant (with its token), denial (with its instant) and error.
-    #[test]
-    fn inline_gcra_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
-        // Built before `replay` pauses time: tokio's clock, named.
-        let template = GcraLimiter::new(3, Duration::from_secs(1))
-            .unwrap()
-            .with_burst(3)
-            .unwrap()
-            .with_clock(tower_limits::clock::Clock::tokio());
-        replay(template, ops);
-    }
-
-    /// The token bucket keeps its state inline the same way.
-    #[test]
-    fn inline_token_bucket_decides_as_a_limiter_per_key(ops in prop::collection::vec(op(), 1..120)) {
-        let template = GcraLimiter::token_bucket(2, 1, Duration::from_millis(400))
-            .unwrap()
-            .with_clock(tower_limits::clock::Clock::tokio());
-        replay(template, ops);
-    }
-}
-
-/// A [`RateLimiter`] on tokio's clock in a memory store of its own.
+/// A [`RateLimiter`] on tokio's clock (named: a proptest case builds it
+/// before `replay` pauses time) in a memory store of its own.
 fn in_memory(quota: Quota) -> RateLimiter {
-    let store = MemoryStore::new().with_clock(tower_limits::clock::Clock::tokio());
+    let store = MemoryStore::new().with_clock(Clock::tokio());
     RateLimiter::new(store, "tenants", quota)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+/// `quota`, with the pacing tolerance if `paced`.
+fn paced_if(quota: Quota, paced: bool) -> Quota {
+    if paced {
+        quota.with_pacing_tolerance().unwrap()
+    } else {
+        quota
+    }
+}
 
-    /// A `RateLimiter` of a GCRA quota in memory, strict or paced: the
-    /// inline path and a limiter per key (on the store's own rules for
-    /// refunds, gaps and all) agree on every decision.
+/// GCRA, 3 a second, 3 at once.
+fn gcra(paced: bool) -> Quota {
+    let quota = Quota::gcra(3, Duration::from_secs(1)).unwrap();
+    paced_if(quota.with_burst(3).unwrap(), paced)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A `RateLimiter` of a GCRA quota with a burst in memory, strict or
+    /// paced: the inline path and a limiter per key (on the store's own
+    /// rules for refunds, gaps and all) agree on every grant (with its
+    /// token), denial (with its instant) and error.
     #[test]
-    fn inline_stored_gcra_decides_as_a_limiter_per_key(
+    fn inline_gcra_decides_as_a_limiter_per_key(
         ops in prop::collection::vec(op(), 1..120),
         paced in any::<bool>(),
     ) {
-        let quota = Quota::gcra(3, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
-        let quota = if paced { quota.with_pacing_tolerance().unwrap() } else { quota };
-        replay(in_memory(quota), ops);
+        replay(in_memory(gcra(paced)), ops);
     }
 
-    /// The same for a token bucket quota.
+    /// The token bucket keeps its state inline the same way, strict or
+    /// paced.
     #[test]
-    fn inline_stored_token_bucket_decides_as_a_limiter_per_key(
+    fn inline_token_bucket_decides_as_a_limiter_per_key(
         ops in prop::collection::vec(op(), 1..120),
+        paced in any::<bool>(),
     ) {
         let quota = Quota::token_bucket(2, 1, Duration::from_millis(400)).unwrap();
-        replay(in_memory(quota), ops);
+        replay(in_memory(paced_if(quota, paced)), ops);
     }
 }
 
@@ -226,11 +218,11 @@ proptest! {
 fn racing_threads_never_over_admit_a_key() {
     const BURST: u32 = 500;
     // The burst, then one an hour: the test ends long before the next.
-    let template = GcraLimiter::new(1, Duration::from_secs(3_600))
-        .unwrap()
-        .with_burst(BURST)
-        .unwrap()
-        .with_clock(tower_limits::clock::Clock::fast());
+    let quota = Quota::gcra(1, Duration::from_secs(3_600))
+        .and_then(|quota| quota.with_burst(BURST))
+        .and_then(Quota::with_pacing_tolerance)
+        .unwrap();
+    let template = RateLimiter::new(MemoryStore::new().with_clock(Clock::fast()), "key", quota);
     let keyed = KeyedLimiter::of(template).max_keys(64).build().unwrap();
     let granted = Arc::new(AtomicU32::new(0));
     let threads: Vec<_> = (0..4)
@@ -270,10 +262,8 @@ fn racing_threads_never_over_admit_a_key() {
 /// the handle's grants count against the inline path and the other way.
 #[tokio::test(start_paused = true)]
 async fn a_key_keeps_its_state_in_and_out_of_line() {
-    let template = GcraLimiter::new(1, Duration::from_secs(1))
-        .unwrap()
-        .with_burst(2)
-        .unwrap();
+    let quota = Quota::gcra(1, Duration::from_secs(1)).unwrap();
+    let template = RateLimiter::in_memory(quota.with_burst(2).unwrap());
     let keyed = KeyedLimiter::of(template).build().unwrap();
     assert!(matches!(
         keyed.try_acquire(&"a").await.unwrap(),
@@ -303,7 +293,7 @@ async fn a_key_keeps_its_state_in_and_out_of_line() {
 /// others' state.
 #[tokio::test(start_paused = true)]
 async fn a_full_map_forgets_the_fullest_bucket_first() {
-    let template = GcraLimiter::new(1, Duration::from_secs(1)).unwrap();
+    let template = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1)).unwrap());
     let keyed = KeyedLimiter::of(template).max_keys(4).build().unwrap();
     for key in ["a", "b", "c", "d"] {
         assert!(matches!(
@@ -334,7 +324,7 @@ async fn a_full_map_forgets_the_fullest_bucket_first() {
 /// of inline keys; a new key is refused only when every key is in use.
 #[tokio::test(start_paused = true)]
 async fn a_key_whose_handle_is_held_is_kept_among_inline_keys() {
-    let template = GcraLimiter::new(1, Duration::from_secs(1)).unwrap();
+    let template = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1)).unwrap());
     let keyed = KeyedLimiter::of(template).max_keys(2).build().unwrap();
     let held = keyed.limiter(&0).unwrap();
     drop(held.try_acquire().await.unwrap());

@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use tower_limits::{DelayLimiter, GcraLimiter, KeyedLimiter, Limiter};
+use tower_limits::store::Quota;
+use tower_limits::{DelayLimiter, KeyedLimiter, Limiter, RateLimiter};
 
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -83,7 +84,10 @@ async fn a_million_distinct_keys_stay_within_the_bound() {
 #[tokio::test(start_paused = true)]
 async fn a_million_distinct_inline_keys_stay_within_the_bound() {
     let _alone = alone();
-    let template = GcraLimiter::new(1, Duration::from_secs(1)).expect("valid rate");
+    let quota = Quota::gcra(1, Duration::from_secs(1))
+        .and_then(Quota::with_pacing_tolerance)
+        .expect("valid rate");
+    let template = RateLimiter::in_memory(quota);
     let keyed = KeyedLimiter::of(template)
         .max_keys(BOUND)
         .build()

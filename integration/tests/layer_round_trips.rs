@@ -19,7 +19,8 @@ use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_limits::error::{BoxError, Elapsed, LimiterError, Overloaded};
 use tower_limits::limit::{FairLimitLayer, KeyedLimitLayer};
 use tower_limits::limiter::{Admission, LimiterFuture};
-use tower_limits::{ConcurrencyLimiter, GcraLimiter, KeyedLimiter, LimitLayer, Limiter, Permit};
+use tower_limits::store::Quota;
+use tower_limits::{ConcurrencyLimiter, KeyedLimiter, LimitLayer, Limiter, Permit, RateLimiter};
 
 /// How long every decision takes.
 const ROUND_TRIP: Duration = Duration::from_millis(10);
@@ -139,10 +140,12 @@ impl<L: Limiter> Limiter for RoundTrip<L> {
 }
 
 /// `count` a second, `burst` at once.
-fn gcra(count: u32, burst: u32) -> GcraLimiter {
-    GcraLimiter::new(count, secs(1))
-        .and_then(|limiter| limiter.with_burst(burst))
-        .expect("valid configuration")
+fn gcra(count: u32, burst: u32) -> RateLimiter {
+    let quota = Quota::gcra(count, secs(1))
+        .and_then(|quota| quota.with_burst(burst))
+        .and_then(Quota::with_pacing_tolerance)
+        .expect("valid configuration");
+    RateLimiter::in_memory(quota)
 }
 
 type Stack = BoxCloneService<u32, u32, BoxError>;

@@ -11,15 +11,17 @@ use common::ms;
 use tokio::time::{Instant, timeout};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_limits::limit::{LayerStats, Outcome};
-use tower_limits::{GcraLimiter, LimitLayer};
+use tower_limits::store::Quota;
+use tower_limits::{LimitLayer, RateLimiter};
 
 fn echo() -> impl Service<u32, Response = u32, Error = Infallible, Future: Send> + Clone {
     service_fn(|n: u32| async move { Ok::<_, Infallible>(n) })
 }
 
 /// One per 100 ms, one at a time.
-fn ten_a_second() -> GcraLimiter {
-    GcraLimiter::new(10, Duration::from_secs(1)).unwrap()
+fn ten_a_second() -> RateLimiter {
+    let quota = Quota::gcra(10, Duration::from_secs(1)).unwrap();
+    RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap())
 }
 
 /// A scripted scenario read back through a `metrics` recorder: 10
@@ -34,10 +36,11 @@ async fn metrics_count_every_decision_by_layer_and_outcome() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let (mut waiting, mut rejecting) = metrics::with_local_recorder(&recorder, || {
-        let limiter = GcraLimiter::new(10, Duration::from_secs(1))
+        let quota = Quota::gcra(10, Duration::from_secs(1))
             .unwrap()
             .with_burst(8)
             .unwrap();
+        let limiter = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
         let waiting = LimitLayer::new(limiter.clone())
             .name("api")
             .max_wait(ms(50))

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use tokio::time::{Instant, advance};
-use tower_limits::{CompositeLimiter, ConcurrencyLimiter, GcraLimiter, Limiter, LimiterExt};
+use tower_limits::store::Quota;
+use tower_limits::{CompositeLimiter, ConcurrencyLimiter, Limiter, LimiterExt, RateLimiter};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -18,9 +19,10 @@ mod gauges {
 
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use tokio::time::{Instant, advance};
+    use tower_limits::store::Quota;
     use tower_limits::{
-        AdaptiveConcurrencyLimiter, GcraLimiter, KeyedLimiter, Limiter, LimiterExt, NullLimiter,
-        Rate,
+        AdaptiveConcurrencyLimiter, KeyedLimiter, Limiter, LimiterExt, NullLimiter, Rate,
+        RateLimiter,
     };
 
     use super::ms;
@@ -68,7 +70,8 @@ mod gauges {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         let keyed = metrics::with_local_recorder(&recorder, || {
-            let template = GcraLimiter::new(10, Duration::from_secs(1)).unwrap();
+            let quota = Quota::gcra(10, Duration::from_secs(1)).unwrap();
+            let template = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
             KeyedLimiter::of(template)
                 .name("tenants")
                 .max_keys(16)
@@ -299,10 +302,11 @@ async fn stats_of_a_concurrency_limiter_count_the_calls_running() {
 /// and counts no running calls.
 #[tokio::test(start_paused = true)]
 async fn stats_of_a_gcra_limiter_report_its_quota_and_next_start() {
-    let limiter = GcraLimiter::new(10, Duration::from_secs(1))
+    let quota = Quota::gcra(10, Duration::from_secs(1))
         .unwrap()
         .with_burst(3)
         .unwrap();
+    let limiter = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
     let start = Instant::now();
     drop(limiter.acquire_many(3).await.unwrap());
     let stats = limiter.stats().await.unwrap();
@@ -325,7 +329,8 @@ async fn stats_of_a_composite_report_the_largest_part() {
         ConcurrencyLimiter::new(4).unwrap(),
         ConcurrencyLimiter::new(4).unwrap(),
     );
-    let gcra = GcraLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let quota = Quota::gcra(10, Duration::from_secs(1)).unwrap();
+    let gcra = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
     let composite = CompositeLimiter::new()
         .with(small.clone())
         .with(gcra.clone())
@@ -365,7 +370,8 @@ async fn wrappers_forward_in_flight() {
     let _during_outage = fallback.acquire().await.unwrap();
     let failover = Failover::new(slots, OutagePolicy::Fallback(fallback));
     assert_eq!(failover.in_flight(), Some(3));
-    let open = Failover::fail_open(GcraLimiter::new(1, Duration::from_secs(1)).unwrap());
+    let quota = Quota::gcra(1, Duration::from_secs(1)).unwrap();
+    let open = Failover::fail_open(RateLimiter::in_memory(quota));
     assert_eq!(open.in_flight(), None);
 
     let adaptive = AdaptiveConcurrencyLimiter::builder().build().unwrap();

@@ -8,15 +8,17 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tower_limits::{GcraLimiter, LimitLayer};
+use tower_limits::store::Quota;
+use tower_limits::{LimitLayer, RateLimiter};
 
 fn echo() -> impl Service<u32, Response = u32, Error = Infallible, Future: Send> + Clone {
     service_fn(|n: u32| async move { Ok::<_, Infallible>(n) })
 }
 
 /// One per 100 ms, one at a time.
-fn ten_a_second() -> GcraLimiter {
-    GcraLimiter::new(10, Duration::from_secs(1)).unwrap()
+fn ten_a_second() -> RateLimiter {
+    let quota = Quota::gcra(10, Duration::from_secs(1)).unwrap();
+    RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap())
 }
 
 mod tracing_spans {

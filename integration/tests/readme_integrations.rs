@@ -33,7 +33,8 @@ use tonic_greeter::{Greeter, say_hello};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, TooManyRequestsLayer};
-use tower_limits::{GcraLimiter, KeyedLimiter, LimitLayer, RateLimiter};
+use tower_limits::store::Quota;
+use tower_limits::{KeyedLimiter, LimitLayer, RateLimiter};
 
 /// The snippets of this file, by name, dedented.
 fn snippets() -> Vec<(String, String)> {
@@ -79,8 +80,8 @@ fn the_readme_shows_each_snippet_as_tested() {
 async fn serve_axum(listener: TcpListener) -> Result<(), BoxError> {
     // README:begin axum
     // One request per 2 s for each client IP, in bursts of up to 5.
-    let per_ip =
-        KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(2))?.with_burst(5)?).build()?;
+    let quota = Quota::gcra(1, Duration::from_secs(2))?.with_burst(5)?;
+    let per_ip = KeyedLimiter::of(RateLimiter::in_memory(quota)).build()?;
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(TooManyRequestsLayer::new(per_ip).advertise("per-ip")?) // 429, Retry-After, RateLimit headers
@@ -176,8 +177,8 @@ async fn reqwest_snippet_pauses_and_retries_its_upstreams_429s() -> Result<(), B
 
 async fn serve_tonic(listener: TcpListener, greeter: Greeter) -> Result<(), BoxError> {
     // README:begin tonic
-    let per_client =
-        KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(2))?.with_burst(5)?).build()?;
+    let quota = Quota::gcra(1, Duration::from_secs(2))?.with_burst(5)?;
+    let per_client = KeyedLimiter::of(RateLimiter::in_memory(quota)).build()?;
     Server::builder()
         .layer(TooManyRequestsLayer::new(per_client)) // keyed by tonic's TcpConnectInfo
         .add_service(greeter)

@@ -24,7 +24,8 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_limits::error::BoxError;
 use tower_limits::http::{FeedbackLayer, LimitMiddleware, RetryLater, RetryPolicy};
-use tower_limits::{AdaptiveRateLimiter, GcraLimiter, LimitLayer, Rate};
+use tower_limits::store::Quota;
+use tower_limits::{AdaptiveRateLimiter, LimitLayer, Rate, RateLimiter};
 
 /// The upstream's rate, per second.
 const RATE: f64 = 20.0;
@@ -159,7 +160,10 @@ fn is_retry_later(error: &reqwest_middleware::Error) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reqwest_client_that_knows_the_limit_gets_the_rate_without_refusals() {
     let (upstream, addr) = Upstream::serve().await;
-    let limit = GcraLimiter::new(20, Duration::from_secs(1)).expect("valid rate");
+    let quota = Quota::gcra(20, Duration::from_secs(1))
+        .and_then(Quota::with_pacing_tolerance)
+        .expect("valid rate");
+    let limit = RateLimiter::in_memory(quota);
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(LimitMiddleware::new(limit))
         .build();

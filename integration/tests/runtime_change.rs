@@ -140,70 +140,117 @@ async fn a_new_delay_applies_from_the_next_start() {
     assert_eq!(Instant::now(), start + secs(4));
 }
 
+/// GCRA and the token bucket as a `RateLimiter` in memory, paced. A new
+/// quota keeps the TAT as it is (the stores' rule: the time already held
+/// ahead of now stays held, and the new rate and burst apply to it), so a
+/// change never hands out a fresh burst.
 mod gcra_and_token_bucket {
-    use tower_limits::GcraLimiter;
-    use tower_limits::error::CostTooHigh;
+    use tower_limits::error::{ConfigError, CostTooHigh};
 
     use super::*;
     use crate::common::ms;
 
+    /// GCRA, `count` per `period`, `burst` at once, paced.
+    fn gcra(count: u32, period: Duration, burst: u32) -> Result<Quota, ConfigError> {
+        Quota::gcra(count, period)?
+            .with_burst(burst)?
+            .with_pacing_tolerance()
+    }
+
+    fn remaining(limiter: &impl Limiter) -> u64 {
+        let status = limiter.quota_status().into_ready();
+        let status = status.expect("in memory: at once").unwrap();
+        status.expect("a rate limit has a quota").remaining()
+    }
+
+    /// A faster rate applies once the time already held has run out: the
+    /// 900 ms left of the old cell stay held (where the old rule rescaled
+    /// them to 90 ms), then cells come ten a second.
     #[tokio::test(start_paused = true)]
-    async fn a_faster_rate_rescales_the_wait_and_wakes_the_waiter() {
+    async fn a_faster_rate_keeps_the_time_held_then_applies() {
         let start = Instant::now();
-        let limiter = GcraLimiter::new(1, secs(1)).unwrap();
+        let limiter = RateLimiter::in_memory(gcra(1, secs(1), 1).unwrap());
+        drop(granted(&limiter).await.unwrap());
+        tokio::time::sleep(ms(100)).await;
+        limiter.set_quota(gcra(10, secs(1), 1).unwrap());
+        assert_eq!(remaining(&limiter), 0, "no fresh burst");
+        let status = limiter.quota_status().await.unwrap().unwrap();
+        assert_eq!(status.refill_in(), Some(ms(900)));
+        drop(limiter.acquire().await.unwrap());
+        assert_eq!(Instant::now(), start + secs(1));
+        drop(limiter.acquire().await.unwrap());
+        assert_eq!(Instant::now(), start + ms(1_100), "the new interval");
+    }
+
+    /// A larger burst makes room at once: the waiter is woken and passes,
+    /// and what it leaves is the new burst less the time still held.
+    #[tokio::test(start_paused = true)]
+    async fn a_larger_burst_wakes_the_waiter_with_the_room_it_makes() {
+        let start = Instant::now();
+        let limiter = RateLimiter::in_memory(gcra(1, secs(1), 1).unwrap());
         drop(granted(&limiter).await.unwrap());
         let waiter = {
             let limiter = limiter.clone();
             tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
         };
         tokio::time::sleep(ms(100)).await;
-        // 900 ms of the old second left, a tenth of it at ten a second.
-        limiter.set_limit(10, secs(1), 1).unwrap();
-        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(190));
+        // Ten a second, ten at once: the 900 ms still held leave one cell.
+        limiter.set_quota(gcra(10, secs(1), 10).unwrap());
+        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(100));
+        assert_eq!(remaining(&limiter), 0, "the waiter took the one cell");
     }
 
+    /// A slower rate keeps the time already held (500 ms, five cells of
+    /// 100 ms) as it is, where the old rule stretched the cells to five
+    /// seconds: under one a second with a burst of 5, that is half a cell
+    /// held, so four of five remain, and the whole burst once it passes.
     #[tokio::test(start_paused = true)]
-    async fn a_slower_rate_stretches_the_cells_already_spent() {
+    async fn a_slower_rate_keeps_the_time_already_held() {
         let start = Instant::now();
-        let limiter = GcraLimiter::new(10, secs(1))
-            .unwrap()
-            .with_burst(5)
-            .unwrap();
+        let limiter = RateLimiter::in_memory(gcra(10, secs(1), 5).unwrap());
         for _ in 0..5 {
             drop(granted(&limiter).await.unwrap());
         }
-        // Five cells of 100 ms spent; at one a second they are five seconds.
-        limiter.set_limit(1, secs(1), 5).unwrap();
-        let next = limiter.acquire().await.map(|_| Instant::now()).unwrap();
-        assert_eq!(next, start + secs(1));
-        assert_eq!(limiter.peek_state(1).unwrap().remaining(), 0);
+        assert_eq!(remaining(&limiter), 0);
+        limiter.set_quota(gcra(1, secs(1), 5).unwrap());
+        assert_eq!(remaining(&limiter), 4, "never the fresh burst of 5");
+        let next = limiter.peek(5).await.unwrap().and_then(|d| d.retry_at());
+        assert_eq!(next, Some(start + ms(500)));
+        tokio::time::advance(ms(500)).await;
+        assert_eq!(remaining(&limiter), 5);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_smaller_bucket_keeps_the_tokens_it_is_missing() {
-        let bucket = GcraLimiter::token_bucket(10, 10, secs(1)).unwrap();
+        let bucket = RateLimiter::in_memory(
+            Quota::token_bucket(10, 10, secs(1))
+                .and_then(Quota::with_pacing_tolerance)
+                .unwrap(),
+        );
         let _batch = bucket.try_acquire_many(7).await.unwrap();
-        bucket.set_limit(10, secs(1), 8).unwrap(); // 10 a second, 8 at once
+        // 10 a second, 8 at once.
+        let smaller = Quota::token_bucket(8, 10, secs(1)).unwrap();
+        bucket.set_quota(smaller.with_pacing_tolerance().unwrap());
         // 7 missing of 8: one left, and 7 more over 700 ms.
-        assert_eq!(bucket.tokens(), 1);
+        assert_eq!(remaining(&bucket), 1);
         tokio::time::advance(ms(700)).await;
-        assert_eq!(bucket.tokens(), 8);
+        assert_eq!(remaining(&bucket), 8);
         let error = bucket.try_acquire_many(9).await.unwrap_err();
         let too_high = error.get_ref().downcast_ref::<CostTooHigh>().unwrap();
         assert_eq!(too_high.capacity(), 8);
     }
 
+    /// A new quota is validated before it exists: an invalid one never
+    /// reaches the limiter, which keeps its own.
     #[tokio::test(start_paused = true)]
     async fn an_invalid_new_limit_is_refused_and_the_old_one_kept() {
-        let limiter = GcraLimiter::new(10, secs(1)).unwrap();
-        let error = limiter.set_limit(10, Duration::ZERO, 1).unwrap_err();
+        let limiter = RateLimiter::in_memory(gcra(10, secs(1), 1).unwrap());
+        let error = gcra(10, Duration::ZERO, 1).unwrap_err();
         assert_eq!(error.field(), "period");
-        assert_eq!(limiter.interval(), ms(100));
-        let bucket = GcraLimiter::token_bucket(4, 1, secs(1)).unwrap();
-        assert_eq!(
-            bucket.set_limit(1, secs(1), 0).unwrap_err().field(),
-            "burst"
-        );
-        assert_eq!(bucket.burst(), 4);
+        assert_eq!(limiter.quota(), gcra(10, secs(1), 1).unwrap());
+        assert_eq!(limiter.quota().window(), ms(100), "one cell of 100 ms");
+        let bucket = RateLimiter::in_memory(Quota::token_bucket(4, 1, secs(1)).unwrap());
+        assert_eq!(gcra(1, secs(1), 0).unwrap_err().field(), "burst");
+        assert_eq!(bucket.quota().capacity(), 4);
     }
 }

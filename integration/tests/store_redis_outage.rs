@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tower_limits::error::LimiterError;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{Quota, RedisStore, StoreError, StoreErrorKind};
-use tower_limits::{Failover, GcraLimiter, Limiter, OutagePolicy, RateLimiter};
+use tower_limits::{Failover, Limiter, OutagePolicy, RateLimiter};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -63,10 +63,14 @@ async fn each_policy_holds_while_redis_is_down_and_recovers_within_a_second() {
         .with_burst(1_000)
         .unwrap();
     let shared = |name: &str| RateLimiter::new(store.clone(), name, quota);
-    let local = GcraLimiter::new(5, Duration::from_secs(60))
-        .unwrap()
-        .with_burst(5)
-        .unwrap();
+    let local = RateLimiter::in_memory(
+        Quota::gcra(5, Duration::from_secs(60))
+            .unwrap()
+            .with_burst(5)
+            .unwrap()
+            .with_pacing_tolerance()
+            .unwrap(),
+    );
     let closed = Failover::fail_closed(shared("closed"));
     let open = Failover::fail_open(shared("open"));
     let fallback = Failover::new(shared("fallback"), OutagePolicy::Fallback(local));

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use common::drive::{CALLERS, Driver};
 use common::nginx::{Limit, Nginx, unix_now};
-use tower_limits::GcraLimiter;
+use tower_limits::RateLimiter;
 use tower_limits::http::FeedbackLayer;
+use tower_limits::store::Quota;
 
 /// One test at a time: each measures pacing in real time, and another
 /// test's nginx and callers on the same two cores would be part of what it
@@ -60,10 +61,14 @@ async fn saturates_a_known_limit(rate: u32, burst: u32) {
     }) else {
         return;
     };
-    let gcra = GcraLimiter::new(rate, Duration::from_secs(1))
-        .unwrap()
-        .with_burst(burst)
-        .unwrap();
+    let gcra = RateLimiter::in_memory(
+        Quota::gcra(rate, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(burst)
+            .unwrap()
+            .with_pacing_tolerance()
+            .unwrap(),
+    );
     let driver = Driver::through(
         &nginx.url(),
         CALLERS,

@@ -1,5 +1,5 @@
-//! The Generic Cell Rate Algorithm behind [`GcraLimiter`](crate::GcraLimiter),
-//! [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket) (the stores run it on a
+//! The Generic Cell Rate Algorithm behind the GCRA and token bucket
+//! [`Quota`](crate::store::Quota)s (the stores run it on a
 //! line of slots: [`slots`](super::slots)).
 //!
 //! A token bucket of capacity `B` refilled one token every `T` and GCRA with
@@ -220,15 +220,4 @@ pub(crate) fn judge(
     } else {
         Ok(tat.max(now).saturating_add(weight))
     }
-}
-
-/// A TAT of the old interval as one of the new: the lead over `now` (the
-/// cells spent and not yet refilled) scaled by `new / old`. A full bucket
-/// (no lead) stays as it is.
-pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
-    let Some(lead) = tat.checked_sub(now).filter(|&lead| lead > 0) else {
-        return tat;
-    };
-    let lead = u128::from(lead) * u128::from(new) / u128::from(old);
-    now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
 }

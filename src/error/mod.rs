@@ -194,11 +194,12 @@ impl CostTooHigh {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::error::CostTooHigh;
-    /// use tower_limits::{GcraLimiter, Limiter};
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = GcraLimiter::new(10, Duration::from_secs(1))?.with_burst(5)?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(1))?.with_burst(5)?);
     /// let error = limiter.try_acquire_many(8).await.unwrap_err();
     /// let too_high = error.get_ref().downcast_ref::<CostTooHigh>();
     /// assert_eq!(too_high.map(CostTooHigh::cost), Some(8));

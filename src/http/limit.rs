@@ -113,11 +113,12 @@ impl<L> HttpLimitLayer<L> {
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Rejected;
     /// use tower_limits::http::HttpLimitLayer;
-    /// use tower_limits::{GcraLimiter, LimitLayer};
+    /// use tower_limits::{LimitLayer, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let limiter = GcraLimiter::new(1, Duration::from_secs(5))?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(5))?);
     /// let layer = HttpLimitLayer::new(LimitLayer::new(limiter).reject())
     ///     .refusal(|_: &Rejected, head: Response<()>| head.map(|()| "slow down"));
     /// let mut service = layer.layer(service_fn(|_: Request<()>| async {

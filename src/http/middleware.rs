@@ -86,10 +86,11 @@ impl<L: Limiter + Clone> LimitMiddleware<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::LimitMiddleware;
-    /// use tower_limits::{GcraLimiter, LimitLayer};
+    /// use tower_limits::{LimitLayer, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = GcraLimiter::new(20, Duration::from_secs(1))?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(20, Duration::from_secs(1))?);
     /// let middleware = LimitMiddleware::new(limiter.clone())
     ///     .limit(LimitLayer::new(limiter).max_wait(Duration::from_secs(5)));
     /// # let _ = middleware;
@@ -107,10 +108,11 @@ impl<L: Limiter + Clone> LimitMiddleware<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::{FeedbackLayer, LimitMiddleware};
-    /// use tower_limits::GcraLimiter;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = GcraLimiter::new(20, Duration::from_secs(1))?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(20, Duration::from_secs(1))?);
     /// let middleware = LimitMiddleware::new(limiter.clone())
     ///     .feedback(FeedbackLayer::new(limiter).max_wait(Duration::from_secs(60)));
     /// # let _ = middleware;
@@ -128,10 +130,11 @@ impl<L: Limiter + Clone> LimitMiddleware<L> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::{LimitMiddleware, RetryPolicy};
-    /// use tower_limits::GcraLimiter;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let limiter = GcraLimiter::new(20, Duration::from_secs(1))?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(20, Duration::from_secs(1))?);
     /// let middleware = LimitMiddleware::new(limiter.clone())
     ///     .retry(RetryPolicy::new().max_attempts(5).wait_for(limiter));
     /// # let _ = middleware;

@@ -241,7 +241,8 @@ impl RateLimitPolicy {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::RateLimitPolicy;
-    /// use tower_limits::{GcraLimiter, Limiter, RateLimiter};
+    /// use tower_limits::{Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -249,7 +250,7 @@ impl RateLimitPolicy {
     /// let status = hourly.quota_status().await?.expect("a windowed quota");
     /// assert_eq!(RateLimitPolicy::for_quota("hourly", &status)?.to_string(), "\"hourly\";q=1000;w=3600");
     ///
-    /// let paced = GcraLimiter::new(100, Duration::from_secs(1))?; // every 10 ms
+    /// let paced = RateLimiter::in_memory(Quota::gcra(100, Duration::from_secs(1))?); // every 10 ms
     /// let status = paced.quota_status().await?.expect("a quota");
     /// assert_eq!(RateLimitPolicy::for_quota("paced", &status)?.to_string(), "\"paced\";q=100;w=1");
     /// # Ok(())

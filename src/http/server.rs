@@ -177,11 +177,12 @@ impl<K, L, X> TooManyRequestsLayer<K, L, X> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::http::TooManyRequestsLayer;
-    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let per_tenant: KeyedLimiter<String, _> =
-    ///     KeyedLimiter::of(GcraLimiter::new(100, Duration::from_secs(1))?).build()?;
+    ///     KeyedLimiter::of(RateLimiter::in_memory(Quota::gcra(100, Duration::from_secs(1))?)).build()?;
     /// let layer = TooManyRequestsLayer::with_key(per_tenant, |head: &http::request::Parts| {
     ///     let tenant = head.headers.get("x-tenant").and_then(|value| value.to_str().ok());
     ///     tenant.unwrap_or("anonymous").to_owned()
@@ -220,12 +221,13 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
-    /// use tower_limits::{KeyedLimiter, GcraLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 100 items a minute per client, up to 100 at once.
-    /// let per_peer = KeyedLimiter::of(GcraLimiter::token_bucket(100, 100, Duration::from_secs(60))?)
+    /// let per_peer = KeyedLimiter::of(RateLimiter::in_memory(Quota::token_bucket(100, 100, Duration::from_secs(60))?))
     ///     .build()?;
     /// // A batch request declares its size in `x-batch-size`.
     /// let layer = TooManyRequestsLayer::new(per_peer).cost(|head: &http::request::Parts| {
@@ -360,11 +362,12 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::Rejected;
     /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
-    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_peer = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(10))?).build()?;
+    /// let per_peer = KeyedLimiter::of(RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(10))?)).build()?;
     /// let layer = TooManyRequestsLayer::new(per_peer).refusal(
     ///     |rejected: &Rejected, mut head: Response<()>| {
     ///         head.headers_mut().insert(CONTENT_TYPE, "application/json".parse().unwrap());
@@ -411,11 +414,12 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// use http::{Request, Response};
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::http::{PeerAddr, TooManyRequestsLayer};
-    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_peer = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(2))?).build()?;
+    /// let per_peer = KeyedLimiter::of(RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(2))?)).build()?;
     /// let layer = TooManyRequestsLayer::new(per_peer).grpc_unavailable();
     /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
     ///     Ok::<_, std::convert::Infallible>(Response::new(()))

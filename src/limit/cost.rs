@@ -36,12 +36,13 @@ use crate::line::Queue;
 /// use std::time::Duration;
 /// use tokio::time::Instant;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_limits::{LimitLayer, GcraLimiter};
+/// use tower_limits::{LimitLayer, RateLimiter};
+/// use tower_limits::store::Quota;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
 /// // 10 downstream calls per second, 10 at once; a request is a batch of calls.
-/// let calls = GcraLimiter::token_bucket(10, 10, Duration::from_secs(1))?;
+/// let calls = RateLimiter::in_memory(Quota::token_bucket(10, 10, Duration::from_secs(1))?);
 /// let mut client = ServiceBuilder::new()
 ///     .layer(LimitLayer::new(calls).cost(|batch: &Vec<u32>| batch.len() as u32))
 ///     .service(service_fn(|batch: Vec<u32>| async move { Ok::<_, Infallible>(batch.len()) }));

@@ -139,12 +139,13 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::error::{CostTooHigh, LimiterError};
     /// use tower_limits::limit::FairLimitLayer;
-    /// use tower_limits::GcraLimiter;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// // One unit a second, up to 5 at once; requests are (tenant, units).
-    /// let shared = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let shared = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?.with_burst(5)?);
     /// let layer = FairLimitLayer::new(shared, |(tenant, _): &(u32, u32)| *tenant)
     ///     .cost(|(_, units): &(u32, u32)| *units);
     /// let mut service = layer.layer(service_fn(|(_, units): (u32, u32)| async move {
@@ -185,12 +186,13 @@ impl<K, L, F, C, G> FairLimitLayer<K, L, F, C, G> {
     /// use tokio::time::Instant;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::limit::FairLimitLayer;
-    /// use tower_limits::GcraLimiter;
+    /// use tower_limits::RateLimiter;
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// // Requests are (tenant, estimated units); replies tell the units used.
-    /// let shared = GcraLimiter::new(1, Duration::from_secs(1))?.with_burst(5)?;
+    /// let shared = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?.with_burst(5)?);
     /// let layer = FairLimitLayer::new(shared, |(tenant, _): &(u32, u32)| *tenant)
     ///     .cost(|(_, estimate): &(u32, u32)| *estimate)
     ///     .settle(|used: &u32| Some(*used));

@@ -177,13 +177,14 @@ assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
     /// use std::time::Duration;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
     /// use tower_limits::limit::Outcome;
-    /// use tower_limits::{GcraLimiter, LimitLayer};
+    /// use tower_limits::{LimitLayer, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
     /// let refused = Arc::new(AtomicU32::new(0));
     /// let counted = Arc::clone(&refused);
-    /// let layer = LimitLayer::new(GcraLimiter::new(1, Duration::from_secs(1))?)
+    /// let layer = LimitLayer::new(RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?))
     ///     .reject()
     ///     .on_decision(move |decision| {
     ///         if let Outcome::Refused { .. } = decision.outcome {
@@ -216,11 +217,12 @@ assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use tower::{service_fn, Layer, Service, ServiceExt};
-    /// use tower_limits::{GcraLimiter, LimitLayer};
+    /// use tower_limits::{LimitLayer, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tower_limits::error::BoxError> {
-    /// let layer = LimitLayer::new(GcraLimiter::new(1, Duration::from_secs(1))?).shadow();
+    /// let layer = LimitLayer::new(RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?)).shadow();
     /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, Infallible>(n) }));
     /// for n in 0..3 {
     ///     assert_eq!(service.ready().await?.call(n).await?, n); // never waits
@@ -265,15 +267,16 @@ assert_eq!(service.ready().await?.call(2).await?, 2); // still usable
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{LimitLayer, GcraLimiter};
+    /// use tower_limits::{LimitLayer, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// // 100 emails a minute; a request is a list of recipients.
-    /// let emails = GcraLimiter::new(100, Duration::from_secs(60))?.with_burst(100)?;
+    /// let emails = RateLimiter::in_memory(Quota::gcra(100, Duration::from_secs(60))?.with_burst(100)?);
     /// let layer = LimitLayer::new(emails)
     ///     .max_wait(Duration::from_secs(30))
     ///     .cost(|recipients: &Vec<String>| recipients.len().try_into().unwrap_or(u32::MAX));
-    /// assert_eq!(layer.limiter().burst(), 100);
+    /// assert_eq!(layer.limiter().quota().capacity(), 100);
     /// # Ok(())
     /// # }
     /// ```

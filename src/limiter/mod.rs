@@ -513,7 +513,8 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{ConcurrencyLimiter, GcraLimiter, Limiter, LimiterExt};
+    /// use tower_limits::{ConcurrencyLimiter, Limiter, LimiterExt, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -521,7 +522,7 @@ pub trait Limiter: Send + Sync + 'static {
     /// let _running = limiter.acquire_many(3).await?;
     /// assert_eq!(limiter.in_flight(), Some(3));
     ///
-    /// assert_eq!(GcraLimiter::new(10, Duration::from_secs(1))?.in_flight(), None);
+    /// assert_eq!(RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(1))?).in_flight(), None);
     /// # Ok(())
     /// # }
     /// ```

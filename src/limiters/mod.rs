@@ -1,7 +1,7 @@
 //! Every limiter, with its builder and companions.
 //!
 //! The limiters themselves are also at the crate root
-//! ([`GcraLimiter`], [`KeyedLimiter`]...);
+//! ([`RateLimiter`], [`KeyedLimiter`]...);
 //! this module adds the names a user needs only to store a builder in a
 //! field or to extend a limiter: the builders, the [`Pacer`] an adaptive
 //! limiter paces with, and the [`FreshLimiter`] and [`InlineState`] of a
@@ -40,8 +40,8 @@ pub use stored::{
     RateLimiterBuilder,
 };
 pub use strategies::{
-    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, GcraLimiter,
-    GcraState, LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter,
+    LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
 };
 
 /// The pacing tolerance on each pacer, on paused time: a late start keeps
@@ -98,18 +98,6 @@ mod pacing_tests {
         denied_until(answer.expect("answered at once").expect("no error"))
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn gcra_keeps_a_late_slot() {
-        let limiter = GcraLimiter::new(1_000, SECOND).unwrap();
-        paces(|| take(&limiter)).await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn token_bucket_keeps_a_late_slot() {
-        let limiter = GcraLimiter::token_bucket(1, 1_000, SECOND).unwrap();
-        paces(|| take(&limiter)).await;
-    }
-
     /// A store's GCRA and token bucket with the pacing tolerance, on the
     /// lock-free open line and under the lock (a look closes the line).
     #[tokio::test(start_paused = true)]
@@ -145,7 +133,8 @@ mod pacing_tests {
 
     #[tokio::test(start_paused = true)]
     async fn keyed_inline_gcra_keeps_a_late_slot() {
-        let template = GcraLimiter::new(1_000, SECOND).unwrap();
+        let quota = Quota::gcra(1_000, SECOND).unwrap();
+        let template = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
         let keyed = KeyedLimiter::of(template).build().unwrap();
         let take = || {
             let answer = keyed.try_acquire(&"key").into_ready();

@@ -1,6 +1,6 @@
 //! [`QuotaStore`] for [`MemoryStore`]: each named quota is a
 //! `QuotaState` behind a lock, decided by the same rules as
-//! [`GcraLimiter`](crate::GcraLimiter),
+//! GCRA (`src/algorithms/gcra.rs`),
 //! [`FixedWindowLimiter`](crate::FixedWindowLimiter) (aligned to Unix time)
 //! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter),
 //! and as SQLite decides on its rows. A GCRA or token bucket quota whose
@@ -122,7 +122,9 @@ impl MemoryStore {
     }
 
     /// The TAT of `key`'s state, if it is all the state there is: the quota
-    /// is the GCRA `quota`, its line has no gap, and no pause is in force.
+    /// is the GCRA `quota`, its line has no gap, no pause is in force, and
+    /// no slot that is not given back (from before a reset or a new
+    /// interval, `retuned`) is still ahead.
     pub(crate) fn inline_tat(&self, key: &MemoryQuotaKey, quota: &Quota) -> Option<u64> {
         let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
         let current = slot.as_mut()?;
@@ -130,7 +132,7 @@ impl MemoryStore {
         let now = self.clock().now_nanos();
         let tat = match &current.state {
             QuotaState::Cells(cells) if current.quota == *quota && cells.line.gaps.is_empty() => {
-                (cells.not_before <= now).then_some(cells.line.tat)
+                (cells.not_before <= now && cells.retuned <= now).then_some(cells.line.tat)
             }
             _ => None,
         };
@@ -239,14 +241,75 @@ impl QuotaStore for MemoryStore {
         self.with_state(key, quota, |state, _| state.pause(until))
     }
 
+    /// Keeps the state, emptied, with the floor below which tickets of
+    /// grants from before give nothing back (`QuotaState::clear`).
     fn reset<'a>(
         &'a self,
         key: &'a MemoryQuotaKey,
-        _quota: &'a Quota,
+        quota: &'a Quota,
     ) -> LimiterFuture<'a, Result<(), LimiterError>> {
-        let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
-        key.0.line.close(None);
-        *slot = None;
-        LimiterFuture::ready(Ok(()))
+        self.with_state(key, quota, |state, now| state.clear(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Every quota kind at one instant (tokio's paused clock): 2 + 2 granted
+    /// of 4, a reset, 4 granted again, then the first grant refunded and the
+    /// second settled down to 1. Neither gives anything back: the reset did.
+    #[tokio::test(start_paused = true)]
+    async fn grants_from_before_a_reset_give_nothing_back_at_the_same_instant() {
+        let hour = Duration::from_secs(3_600);
+        let day = Duration::from_secs(86_400);
+        let quotas = [
+            ("gcra", Quota::gcra(1, hour).unwrap().with_burst(4).unwrap()),
+            ("token_bucket", Quota::token_bucket(4, 1, hour).unwrap()),
+            ("fixed_window", Quota::fixed_window(4, day).unwrap()),
+            (
+                "sliding_window_counter",
+                Quota::sliding_window_counter(4, day).unwrap(),
+            ),
+            ("sliding_log", Quota::sliding_log(4, day).unwrap()),
+        ];
+        let store = MemoryStore::new();
+        let grant = async |key: &MemoryQuotaKey, quota: &Quota, cost: u32| match store
+            .decide(key, quota, cost)
+            .await
+            .unwrap()
+        {
+            WindowDecision::Granted { ticket } => Some(ticket),
+            WindowDecision::Denied { .. } => None,
+        };
+        let mut excess = Vec::new();
+        for (what, quota) in quotas {
+            let key = store.quota_key(what);
+            let refunded = grant(&key, &quota, 2).await.unwrap();
+            let settled = grant(&key, &quota, 2).await.unwrap();
+            store.reset(&key, &quota).await.unwrap();
+            let mut after = Vec::new();
+            while let Some(ticket) = grant(&key, &quota, 1).await {
+                after.push(ticket);
+            }
+            assert_eq!(after.len(), 4, "{what}: the reset gave all 4 back");
+            store.adjust(&key, &quota, refunded, 2, 0).await.unwrap();
+            store.adjust(&key, &quota, settled, 2, 1).await.unwrap();
+            let mut more = 0;
+            while more < 4 && grant(&key, &quota, 1).await.is_some() {
+                more += 1;
+            }
+            if more > 0 {
+                excess.push(format!("{what}: {} at once, capacity 4", 4 + more));
+                continue;
+            }
+            // A settle up of an earlier grant is still charged.
+            store.adjust(&key, &quota, after[3], 1, 0).await.unwrap();
+            store.adjust(&key, &quota, settled, 1, 2).await.unwrap();
+            assert_eq!(grant(&key, &quota, 1).await, None, "{what}: charged");
+        }
+        assert!(excess.is_empty(), "{}", excess.join("\n"));
     }
 }

@@ -150,7 +150,6 @@ pub use memory_quota::MemoryQuotaKey;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresKey, PostgresStore, PostgresStoreBuilder};
 pub use quota::Quota;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 pub(crate) use quota::QuotaKind;
 pub use quota::QuotaStore;
 #[cfg(feature = "redis")]

@@ -14,10 +14,11 @@ use crate::quota_status::QuotaStatus;
 
 /// The rules of a quota decided in a store: which algorithm, and its limits.
 ///
-/// Each constructor validates like the in-memory limiter of the same
-/// algorithm (it builds one), so a quota that exists is one a store can
+/// Each constructor validates, so a quota that exists is one a store can
 /// enforce. GCRA and the token bucket are the same algorithm configured two
-/// ways (see [`GcraLimiter`](crate::GcraLimiter)): they share one store script.
+/// ways (GCRA by its rate and burst, the bucket by its capacity and
+/// refill): they share one store script. A [`RateLimiter`](crate::RateLimiter)
+/// runs any quota on any store.
 ///
 /// ```
 /// use std::time::Duration;
@@ -78,8 +79,8 @@ impl Quota {
     /// GCRA: `count` calls per `period`, evenly spaced, one at a time (raise
     /// the burst with [`with_burst`](Quota::with_burst)). Strict: no two
     /// calls closer than `period / count` while the burst is 1; see
-    /// [`with_pacing_tolerance`](Quota::with_pacing_tolerance) for the
-    /// rule of [`GcraLimiter::new`](crate::GcraLimiter::new).
+    /// [`with_pacing_tolerance`](Quota::with_pacing_tolerance) for a pacer
+    /// that keeps its rate when waiters wake late.
     ///
     /// ```
     /// use std::time::Duration;
@@ -101,8 +102,8 @@ impl Quota {
     }
 
     /// A token bucket holding up to `capacity` tokens, refilled with
-    /// `refill` tokens per `period`. As [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket),
-    /// but strict (see [`with_pacing_tolerance`](Quota::with_pacing_tolerance)).
+    /// `refill` tokens per `period`: GCRA with a burst of `capacity`.
+    /// Strict, as [`gcra`](Quota::gcra).
     ///
     /// ```
     /// use std::time::Duration;
@@ -316,7 +317,6 @@ impl Quota {
     /// `⌈rate × τ⌉` calls more than the rate (one at up to 500 a second).
     /// Keep the default, strict, when an upstream enforces exactly this
     /// rate with a sliding window. Every store decides it alike.
-    /// [`GcraLimiter`](crate::GcraLimiter) always paces this way.
     ///
     /// # Errors
     ///
@@ -727,10 +727,18 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// or token bucket grant's time still ahead of now, whatever was granted
     /// since (each grant holds a slot of GCRA's line, its ticket the slot's
     /// end; a refund inside the line leaves a gap the next grant takes, and
-    /// up to 64 gaps are kept). A ticket given back already, or granted
-    /// under another interval, gives nothing back. Extra units are always
-    /// charged. Answers the ticket that now stands for the grant, or `None`
-    /// if it can no longer be adjusted down.
+    /// up to 1,024 gaps are kept). A ticket given back already, or granted
+    /// under another interval, gives nothing back. Nor does one at or below
+    /// the floor the last [`reset`](QuotaStore::reset) left, which the
+    /// grants made before it all are: a GCRA or token bucket slot ending at
+    /// or before the end the line had at the reset, a window grant counted
+    /// in the reset's window or earlier, a sliding log start at or before
+    /// the reset's instant. A grant made after the reset whose ticket falls
+    /// there too cannot be told from those (a slot inside the old line's
+    /// time, a grant in the same window, a start at the same instant): it
+    /// gives nothing back either; later ones do, as usual. Extra units are
+    /// always charged. Answers the ticket that now stands for the grant, or
+    /// `None` if it can no longer be adjusted down.
     ///
     /// ```
     /// use std::time::Duration;
@@ -784,7 +792,12 @@ pub trait QuotaStore: Send + Sync + 'static {
         at: Instant,
     ) -> LimiterFuture<'a, Result<(), LimiterError>>;
 
-    /// Forgets the state of `key`: full capacity, no pause.
+    /// Forgets the state of `key`: full capacity, no pause. The grants
+    /// made before it give nothing back any more (see
+    /// [`adjust`](QuotaStore::adjust)): the store keeps, until it no longer
+    /// matters, the floor their tickets fall under (the line's end, the
+    /// window or the instant of the reset), or refunding one could free
+    /// what a grant made since holds and let the limit be exceeded.
     ///
     /// ```
     /// use std::time::Duration;

@@ -13,8 +13,8 @@ use tower_limits::limiter::{Admission, LimiterFuture};
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover,
-    FixedWindowLimiter, GcraLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter,
-    Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter,
+    FixedWindowLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter,
+    Permit, RateLimiter, SlidingWindowCounterLimiter,
 };
 
 use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};
@@ -206,7 +206,12 @@ pub(crate) const EVENLY_SPACED: Case = Case::new(
 pub(crate) const GCRA: Case = Case::new(|| Arc::new(gcra(5)), cell_bounds!(5));
 
 pub(crate) const TOKEN_BUCKET: Case = Case::new(
-    || Arc::new(GcraLimiter::token_bucket(5, MAX as u32, WINDOW).unwrap()),
+    || {
+        let quota = Quota::token_bucket(5, MAX as u32, WINDOW).unwrap();
+        Arc::new(RateLimiter::in_memory(
+            quota.with_pacing_tolerance().unwrap(),
+        ))
+    },
     cell_bounds!(5),
 );
 
@@ -322,27 +327,30 @@ fn rate(backoff: bool) -> RateLimiter {
     builder.build().unwrap()
 }
 
-fn gcra(burst: u32) -> GcraLimiter {
-    GcraLimiter::new(MAX as u32, WINDOW)
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
+/// GCRA at [`MAX`] per [`WINDOW`], `burst` at once, with the pacing
+/// tolerance, in memory.
+fn gcra(burst: u32) -> RateLimiter {
+    let quota = Quota::gcra(MAX as u32, WINDOW)
+        .and_then(|quota| quota.with_burst(burst))
+        .and_then(Quota::with_pacing_tolerance)
+        .unwrap();
+    RateLimiter::in_memory(quota)
 }
 
 /// One key of a keyed limiter, seen as a limiter of its own: every call
 /// goes through the keyed map.
 #[derive(Clone)]
 pub(crate) struct OneKey {
-    keyed: KeyedLimiter<u8, GcraLimiter>,
+    keyed: KeyedLimiter<u8, RateLimiter>,
     key: u8,
 }
 
 impl OneKey {
-    pub(crate) fn new(keyed: KeyedLimiter<u8, GcraLimiter>, key: u8) -> Self {
+    pub(crate) fn new(keyed: KeyedLimiter<u8, RateLimiter>, key: u8) -> Self {
         Self { keyed, key }
     }
 
-    fn limiter(&self) -> GcraLimiter {
+    fn limiter(&self) -> RateLimiter {
         self.keyed.limiter(&self.key).expect("the map has room")
     }
 }

@@ -18,7 +18,7 @@ pub use self::pacer::{Pacer, SharedPacer};
 
 use self::pacer::WallClock;
 use self::plateau::{Curve, Signal, Tuning};
-use super::GcraLimiter;
+use super::RateLimiter;
 use super::stored::spawn_or_warn;
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
@@ -52,8 +52,8 @@ const NEGLIGIBLE: f64 = 0.001;
 ///
 /// # How the rate moves
 ///
-/// Calls are paced as by a [`GcraLimiter`] (evenly, with a burst of 1 by
-/// default) at the current rate, which holds on a plateau just under the
+/// Calls are paced as by a [`RateLimiter`] of a GCRA quota with the
+/// pacing tolerance (evenly, with a burst of 1 by default) at the current rate, which holds on a plateau just under the
 /// upstream's capacity as the refusals estimate it, and probes above it
 /// rarely:
 ///
@@ -124,7 +124,7 @@ const NEGLIGIBLE: f64 = 0.001;
 /// # Ok(())
 /// # }
 /// ```
-pub struct AdaptiveRateLimiter<P: Pacer = GcraLimiter> {
+pub struct AdaptiveRateLimiter<P: Pacer = RateLimiter> {
     shared: Arc<Adaptive<P>>,
 }
 
@@ -830,8 +830,8 @@ impl AdaptiveRateLimiterBuilder {
     pub fn build(self) -> Result<AdaptiveRateLimiter, ConfigError> {
         let tuning = self.tuning()?;
         self.check_pacer(tuning)?;
-        let pacer = GcraLimiter::new(1, Duration::from_secs(1))?;
-        self.with_pacer(pacer, tuning, false)
+        let quota = pacer::pace(Duration::from_secs(1), 1)?.with_pacing_tolerance()?;
+        self.with_pacer(RateLimiter::in_memory(quota), tuning, false)
     }
 
     /// Builds a limiter shared by every process that builds one with the
@@ -966,8 +966,8 @@ impl AdaptiveRateLimiterBuilder {
             Duration::try_from_secs_f64(1.0 / rate)
                 .map_err(|_| ConfigError::new("floor", self.floor, "must be a positive rate"))
         };
-        GcraLimiter::new(1, period(tuning.floor)?)?.with_burst(self.burst)?;
-        GcraLimiter::new(1, period(tuning.ceiling)?)?.with_burst(self.burst)?;
+        pacer::pace(period(tuning.floor)?, self.burst)?;
+        pacer::pace(period(tuning.ceiling)?, self.burst)?;
         Ok(())
     }
 }

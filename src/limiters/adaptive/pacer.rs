@@ -9,11 +9,11 @@ use tokio::time::Instant;
 use super::plateau::{CurveState, Point};
 use crate::error::{ConfigError, LimiterError};
 use crate::limiter::{Admission, Denial, Limiter, LimiterFuture, Permit};
-use crate::limiters::{GcraLimiter, RateLimiter};
+use crate::limiters::RateLimiter;
 use crate::store::{CurveRecord, CurveStore, Quota};
 
 /// What an [`AdaptiveRateLimiter`](super::AdaptiveRateLimiter) paces calls
-/// with: a [`GcraLimiter`] in this process
+/// with: a [`RateLimiter`] of a paced GCRA quota in this process
 /// ([`build`](super::AdaptiveRateLimiterBuilder::build)), or a
 /// [`SharedPacer`]: a GCRA quota and the learned curve in a store, shared
 /// by processes ([`build_shared`](super::AdaptiveRateLimiterBuilder::build_shared)).
@@ -42,14 +42,20 @@ pub trait Pacer: Limiter + Clone + sealed::Sealed {
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for super::GcraLimiter {}
+    impl Sealed for super::RateLimiter {}
     impl<S: super::CurveStore> Sealed for super::SharedPacer<S> {}
 }
 
-impl Pacer for GcraLimiter {
+impl Pacer for RateLimiter {
     fn set_pace(&self, interval: Duration, burst: u32) -> Result<(), ConfigError> {
-        self.set_limit(1, interval, burst)
+        self.set_quota(pace(interval, burst)?.with_pacing_tolerance()?);
+        Ok(())
     }
+}
+
+/// One call per `interval`, `burst` at once.
+pub(super) fn pace(interval: Duration, burst: u32) -> Result<Quota, ConfigError> {
+    Quota::gcra(1, interval)?.with_burst(burst)
 }
 
 /// The pacer of an adaptive limiter shared through a store: a GCRA quota
@@ -89,8 +95,7 @@ impl<S: CurveStore + fmt::Debug> fmt::Debug for SharedPacer<S> {
 
 impl<S: CurveStore> Pacer for SharedPacer<S> {
     fn set_pace(&self, interval: Duration, burst: u32) -> Result<(), ConfigError> {
-        self.limiter
-            .set_quota(Quota::gcra(1, interval)?.with_burst(burst)?);
+        self.limiter.set_quota(pace(interval, burst)?);
         Ok(())
     }
 

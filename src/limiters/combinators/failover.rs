@@ -18,11 +18,12 @@ use crate::store::is_outage;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_limits::{GcraLimiter, OutagePolicy};
+/// use tower_limits::{OutagePolicy, RateLimiter};
+/// use tower_limits::store::Quota;
 ///
 /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
 /// // While the store is down, hold this process to 10 a second.
-/// let policy = OutagePolicy::Fallback(GcraLimiter::new(10, Duration::from_secs(1))?);
+/// let policy = OutagePolicy::Fallback(RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(1))?));
 /// # let _ = policy;
 /// # Ok(())
 /// # }
@@ -55,13 +56,13 @@ pub enum OutagePolicy<F = NullLimiter> {
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::store::{MemoryStore, Quota};
-/// use tower_limits::{Failover, GcraLimiter, Limiter, LimiterExt, OutagePolicy, RateLimiter};
+/// use tower_limits::{Failover, Limiter, LimiterExt, OutagePolicy, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
 /// let shared = RateLimiter::new(MemoryStore::new(), "search", quota);
-/// let local = GcraLimiter::new(25, Duration::from_secs(1))?;
+/// let local = RateLimiter::in_memory(Quota::gcra(25, Duration::from_secs(1))?);
 /// let limiter = Failover::new(shared, OutagePolicy::Fallback(local));
 /// drop(limiter.acquire().await?); // the store answered
 /// assert_eq!(limiter.outages(), 0);
@@ -124,12 +125,12 @@ impl<L: Limiter, F: Limiter> Failover<L, F> {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota};
-    /// use tower_limits::{Failover, GcraLimiter, OutagePolicy, RateLimiter};
+    /// use tower_limits::{Failover, OutagePolicy, RateLimiter};
     ///
     /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
     /// let quota = Quota::gcra(100, Duration::from_secs(1))?;
     /// let primary = RateLimiter::new(MemoryStore::new(), "a", quota);
-    /// let fallback = GcraLimiter::new(20, Duration::from_secs(1))?;
+    /// let fallback = RateLimiter::in_memory(Quota::gcra(20, Duration::from_secs(1))?);
     /// let limiter = Failover::new(primary, OutagePolicy::Fallback(fallback));
     /// # let _ = limiter;
     /// # Ok(())

@@ -2,19 +2,18 @@
 //! in the keyed limiter's own map while nothing else needs its limiter.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::algorithms::gcra::{CellConfig, judge};
 use crate::clock::Clock;
-use crate::error::LimiterError;
-use crate::limiter::{Admission, Denial};
-use crate::limiters::strategies::{grant, quota_status, too_high};
-use crate::quota_status::QuotaStatus;
+use crate::error::{CostTooHigh, LimiterError};
+use crate::limiter::{Admission, Denial, Permit};
+use crate::quota_status::{QuotaStatus, search};
 
 /// How a [`KeyedLimiter`](crate::KeyedLimiter) keeps a key's state in its
 /// own map, as a plain number beside the key, while nothing else needs the
 /// key's limiter: the form of a GCRA or token bucket template
-/// ([`GcraLimiter`](crate::GcraLimiter), or a
-/// [`RateLimiter`](crate::RateLimiter) of such a quota on a
+/// (a [`RateLimiter`](crate::RateLimiter) of such a quota on a
 /// [`MemoryStore`](crate::store::MemoryStore)), whose state is one number
 /// (the TAT) and whose configuration every key shares. Got from
 /// [`FreshLimiter::inline_state`](crate::limiters::FreshLimiter::inline_state); only
@@ -150,5 +149,36 @@ impl<L> fmt::Debug for InlineState<L> {
             .field("interval", &self.config.interval())
             .field("burst", &self.config.burst())
             .finish_non_exhaustive()
+    }
+}
+
+/// The quota of cells in this state: the burst, refilled from empty in
+/// `B·T`; how many cells could go at `now`, and how long until more could.
+fn quota_status(config: CellConfig, now: u64, not_before: u64, tat: u64) -> QuotaStatus {
+    let blocked = |cost| judge(config, now, not_before, tat, cost).err();
+    let (remaining, at) = search(config.burst(), blocked);
+    QuotaStatus::new(
+        u64::from(config.burst()),
+        Duration::from_nanos(config.span()),
+        u64::from(remaining),
+        at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
+    )
+}
+
+/// [`CostTooHigh`] for a cost above the burst.
+#[cold]
+fn too_high(cost: u32, burst: u32) -> LimiterError {
+    LimiterError::new(CostTooHigh::new(cost, u64::from(burst)))
+}
+
+/// The permit for a grant that left the TAT at `tat`.
+#[inline]
+fn grant(tat: u64, cost: u32) -> Permit {
+    let permit = Permit::with_token(tat);
+    // Its cost is 1 already; `with_cost` is not inlined across crates.
+    if cost == 1 {
+        permit
+    } else {
+        permit.with_cost(cost)
     }
 }

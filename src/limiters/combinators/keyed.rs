@@ -46,9 +46,9 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// forgetting the history of the least active keys. Size the bound above the
 /// number of keys active within one window.
 ///
-/// Made [`of`](KeyedLimiter::of) a template whose state is one number
-/// ([`GcraLimiter`](crate::GcraLimiter),
-/// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket)), the keyed limiter
+/// Made [`of`](KeyedLimiter::of) a template whose state is one number (a
+/// [`RateLimiter`](crate::RateLimiter) of a GCRA or token bucket quota in
+/// memory), the keyed limiter
 /// keeps that number beside each key (16 bytes a `u64` key) rather than a
 /// limiter per key; see [`InlineState`]. Such a key's idleness is read from
 /// its state, on its limiter's clock: it is idle once the instant at which
@@ -106,7 +106,8 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// ```
 /// use std::time::Duration;
 /// use tower_limits::limiter::Admission;
-/// use tower_limits::{GcraLimiter, KeyedLimiter, Rate};
+/// use tower_limits::{KeyedLimiter, Rate, RateLimiter};
+/// use tower_limits::store::Quota;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -114,14 +115,14 @@ const MIN_KEYS_PER_SHARD: usize = 64;
 /// let rate: Rate = "100/s".parse()?;
 /// let per_tenant = KeyedLimiter::builder(move |&(_tenant, shard): &(&str, u32)| {
 ///     let share = rate.share(shard, SHARDS).expect("4 shards of 100/s");
-///     GcraLimiter::from_rate(share).expect("valid share")
+///     RateLimiter::in_memory(Quota::gcra(share.count(), share.per()).expect("valid share"))
 /// })
 /// .build()?;
 ///
 /// // Worker 3 of 8 takes its shard of the hot tenant: 25 a second, of the 100.
 /// let shard = 3 % SHARDS;
 /// let key = ("acme", shard);
-/// assert_eq!(per_tenant.limiter(&key)?.interval(), Duration::from_millis(40)); // 25 a second
+/// assert_eq!(per_tenant.limiter(&key)?.quota().window(), Duration::from_millis(40)); // 25 a second
 /// assert!(matches!(per_tenant.try_acquire(&key).await?, Admission::Granted(_)));
 /// # Ok(())
 /// # }
@@ -240,11 +241,12 @@ where
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::limiter::Admission;
-    /// use tower_limits::{GcraLimiter, KeyedLimiter, Limiter};
+    /// use tower_limits::{KeyedLimiter, Limiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_tenant = KeyedLimiter::of(GcraLimiter::new(1, Duration::from_secs(1))?).build()?;
+    /// let per_tenant = KeyedLimiter::of(RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(1))?)).build()?;
     /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Granted(_)));
     /// assert!(matches!(per_tenant.try_acquire(&"acme").await?, Admission::Denied(_)));
     /// assert!(matches!(per_tenant.try_acquire(&"globex").await?, Admission::Granted(_)));
@@ -253,8 +255,8 @@ where
     /// ```
     ///
     /// Where the template has an [inline form](FreshLimiter::inline_state)
-    /// ([`GcraLimiter`](crate::GcraLimiter),
-    /// [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket)), a key's state is
+    /// (a [`RateLimiter`](crate::RateLimiter) of a GCRA or token bucket
+    /// quota in memory), a key's state is
     /// kept beside the key in the map, and a decision on it takes no
     /// allocation and no pointer chase: the same decisions, faster (see
     /// [`InlineState`]).
@@ -345,12 +347,13 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // 10 a minute per tenant, all 10 at once if they like.
-    /// let per_tenant = KeyedLimiter::of(GcraLimiter::new(10, Duration::from_secs(60))?.with_burst(10)?)
+    /// let per_tenant = KeyedLimiter::of(RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(60))?.with_burst(10)?))
     ///     .build()?;
     /// for _ in 0..3 {
     ///     drop(per_tenant.try_acquire(&"acme").await?);
@@ -931,10 +934,11 @@ pub trait FreshLimiter: Limiter + Sized {
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::limiters::FreshLimiter;
-    /// use tower_limits::{GcraLimiter, NullLimiter};
+    /// use tower_limits::{NullLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// assert!(GcraLimiter::new(5, Duration::from_secs(1))?.inline_state().is_some());
+    /// assert!(RateLimiter::in_memory(Quota::gcra(5, Duration::from_secs(1))?).inline_state().is_some());
     /// assert!(NullLimiter.inline_state().is_none());
     /// # Ok(())
     /// # }
@@ -1061,13 +1065,14 @@ impl<K, L> KeyedLimiterBuilder<K, L> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{GcraLimiter, KeyedLimiter};
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
+    /// use tower_limits::store::Quota;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // With a recorder installed (metrics-exporter-prometheus's, say), the
     /// // gauge `tower_limits_keys{limiter="per-tenant"}` reads 2 after this.
-    /// let template = GcraLimiter::new(10, Duration::from_secs(1))?;
+    /// let template = RateLimiter::in_memory(Quota::gcra(10, Duration::from_secs(1))?);
     /// let per_tenant = KeyedLimiter::of(template).name("per-tenant").build()?;
     /// for tenant in ["acme", "globex", "acme"] {
     ///     drop(per_tenant.try_acquire(&tenant).await?);
@@ -1156,7 +1161,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::limiters::NullLimiter;
+    use crate::limiters::{NullLimiter, RateLimiter};
+    use crate::store::Quota;
 
     const IDLE: Duration = Duration::from_secs(60);
 
@@ -1241,7 +1247,8 @@ mod tests {
         #[test]
         fn evict_idle_forgets_idle_inline_keys_and_never_a_recent_one(ops in prop::collection::vec(op(), 1..80)) {
             on_paused_time(async {
-                let template = crate::limiters::GcraLimiter::new(1, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+                let quota = Quota::gcra(1, Duration::from_secs(1)).unwrap().with_burst(3).unwrap();
+                let template = RateLimiter::in_memory(quota.with_pacing_tolerance().unwrap());
                 let span = Duration::from_secs(3);
                 let keyed = KeyedLimiter::of(template).idle_timeout(IDLE).build().unwrap();
                 let start = tokio::time::Instant::now();
@@ -1274,10 +1281,8 @@ mod tests {
     /// A key kept inline reports the quota its own limiter would.
     #[tokio::test(start_paused = true)]
     async fn an_inline_key_reports_the_quota_of_a_limiter_of_its_own() {
-        let template = crate::limiters::GcraLimiter::new(2, Duration::from_secs(1))
-            .unwrap()
-            .with_burst(4)
-            .unwrap();
+        let quota = Quota::gcra(2, Duration::from_secs(1)).unwrap();
+        let template = RateLimiter::in_memory(quota.with_burst(4).unwrap());
         let own = template.fresh();
         let keyed = KeyedLimiter::of(template).build().unwrap();
         for (cost, wait) in [(1, 0), (2, 100), (1, 700), (3, 50), (0, 0)] {

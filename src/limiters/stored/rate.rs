@@ -49,7 +49,8 @@ use crate::store::{Backoff, MemoryStore, Quota, QuotaKind, QuotaStore, WindowDec
 /// [`without_backoff`](RateLimiterBuilder::without_backoff) for a plain
 /// sliding window that admits exactly `max_executions` per window.
 ///
-/// For one process, [`GcraLimiter`](crate::GcraLimiter) and the other
+/// For one process, [`in_memory`](RateLimiter::in_memory) keeps the quota
+/// in a store of its own; [`FixedWindowLimiter`](crate::FixedWindowLimiter) and the other
 /// in-memory limiters decide the same algorithms without a store.
 ///
 /// ```

@@ -69,8 +69,8 @@ use crate::rate::Rate;
 /// * Excess demand should be turned away rather than queued without bound:
 ///   the queue capacity caps how long a caller can be told to wait
 ///   (`queue_capacity × interval`).
-/// * Prefer [`GcraLimiter::token_bucket`](crate::GcraLimiter::token_bucket) or
-///   [`GcraLimiter`](crate::GcraLimiter) when short bursts are fine (most
+/// * Prefer a [`RateLimiter`](crate::RateLimiter) of a token bucket or GCRA
+///   [`Quota`](crate::store::Quota) when short bursts are fine (most
 ///   APIs), and [`DelayLimiter`](crate::DelayLimiter) for a fixed gap with no
 ///   queue bound.
 ///
