@@ -141,9 +141,9 @@ async fn a_new_delay_applies_from_the_next_start() {
 }
 
 /// GCRA and the token bucket as a `RateLimiter` in memory, paced. A new
-/// quota keeps the TAT as it is (the stores' rule: the time already held
-/// ahead of now stays held, and the new rate and burst apply to it), so a
-/// change never hands out a fresh burst.
+/// rate keeps what was spent, in cells: the TAT's lead over now is rescaled
+/// to the new interval (every store's rule), so a change never hands out a
+/// fresh burst, and a slower rate never lets the next call come early.
 mod gcra_and_token_bucket {
     use tower_limits::error::{ConfigError, CostTooHigh};
 
@@ -163,27 +163,27 @@ mod gcra_and_token_bucket {
         status.expect("a rate limit has a quota").remaining()
     }
 
-    /// A faster rate applies once the time already held has run out: the
-    /// 900 ms left of the old cell stay held (where the old rule rescaled
-    /// them to 90 ms), then cells come ten a second.
+    /// 900 ms of the old second left, a tenth of it at ten a second: the
+    /// waiter is woken and passes at 190 ms.
     #[tokio::test(start_paused = true)]
-    async fn a_faster_rate_keeps_the_time_held_then_applies() {
+    async fn a_faster_rate_rescales_the_wait_and_wakes_the_waiter() {
         let start = Instant::now();
         let limiter = RateLimiter::in_memory(gcra(1, secs(1), 1).unwrap());
         drop(granted(&limiter).await.unwrap());
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
+        };
         tokio::time::sleep(ms(100)).await;
         limiter.set_quota(gcra(10, secs(1), 1).unwrap());
-        assert_eq!(remaining(&limiter), 0, "no fresh burst");
-        let status = limiter.quota_status().await.unwrap().unwrap();
-        assert_eq!(status.refill_in(), Some(ms(900)));
+        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(190));
         drop(limiter.acquire().await.unwrap());
-        assert_eq!(Instant::now(), start + secs(1));
-        drop(limiter.acquire().await.unwrap());
-        assert_eq!(Instant::now(), start + ms(1_100), "the new interval");
+        assert_eq!(Instant::now(), start + ms(290), "the new interval");
     }
 
     /// A larger burst makes room at once: the waiter is woken and passes,
-    /// and what it leaves is the new burst less the time still held.
+    /// and what it leaves is the new burst less the cells held (the old
+    /// cell's 900 ms, rescaled to 90 ms, and the waiter's 100 ms).
     #[tokio::test(start_paused = true)]
     async fn a_larger_burst_wakes_the_waiter_with_the_room_it_makes() {
         let start = Instant::now();
@@ -194,30 +194,25 @@ mod gcra_and_token_bucket {
             tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
         };
         tokio::time::sleep(ms(100)).await;
-        // Ten a second, ten at once: the 900 ms still held leave one cell.
         limiter.set_quota(gcra(10, secs(1), 10).unwrap());
         assert_eq!(waiter.await.unwrap().unwrap(), start + ms(100));
-        assert_eq!(remaining(&limiter), 0, "the waiter took the one cell");
+        assert_eq!(remaining(&limiter), 8, "10 less 190 ms of cells held");
     }
 
-    /// A slower rate keeps the time already held (500 ms, five cells of
-    /// 100 ms) as it is, where the old rule stretched the cells to five
-    /// seconds: under one a second with a burst of 5, that is half a cell
-    /// held, so four of five remain, and the whole burst once it passes.
+    /// Five cells of 100 ms spent; at one a second they are five seconds:
+    /// the next call waits for the first of them, and nothing is left.
     #[tokio::test(start_paused = true)]
-    async fn a_slower_rate_keeps_the_time_already_held() {
+    async fn a_slower_rate_stretches_the_cells_already_spent() {
         let start = Instant::now();
         let limiter = RateLimiter::in_memory(gcra(10, secs(1), 5).unwrap());
         for _ in 0..5 {
             drop(granted(&limiter).await.unwrap());
         }
-        assert_eq!(remaining(&limiter), 0);
         limiter.set_quota(gcra(1, secs(1), 5).unwrap());
-        assert_eq!(remaining(&limiter), 4, "never the fresh burst of 5");
-        let next = limiter.peek(5).await.unwrap().and_then(|d| d.retry_at());
-        assert_eq!(next, Some(start + ms(500)));
-        tokio::time::advance(ms(500)).await;
-        assert_eq!(remaining(&limiter), 5);
+        assert_eq!(remaining(&limiter), 0, "never a fresh burst");
+        let next = limiter.acquire().await.map(|_| Instant::now()).unwrap();
+        assert_eq!(next, start + secs(1));
+        assert_eq!(remaining(&limiter), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -221,3 +221,15 @@ pub(crate) fn judge(
         Ok(tat.max(now).saturating_add(weight))
     }
 }
+
+/// A TAT of the old interval as one of the new: the lead over `now` (the
+/// cells spent and not yet refilled) scaled by `new / old`, so that the
+/// cells spent stay spent at the new rate. A full bucket (no lead) stays
+/// as it is.
+pub(crate) fn rescale(tat: u64, now: u64, old: u64, new: u64) -> u64 {
+    let Some(lead) = tat.checked_sub(now).filter(|&lead| lead > 0) else {
+        return tat;
+    };
+    let lead = u128::from(lead) * u128::from(new) / u128::from(old.max(1));
+    now.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
+}

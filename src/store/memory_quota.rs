@@ -84,7 +84,7 @@ impl MemoryStore {
             current => {
                 let fresh = QuotaState::fresh(quota, windows);
                 let state = match current.take() {
-                    Some(previous) => previous.state.renewed(fresh),
+                    Some(previous) => previous.state.renewed(fresh, now),
                     None => fresh,
                 };
                 current.insert(Slot {
@@ -132,7 +132,9 @@ impl MemoryStore {
         let now = self.clock().now_nanos();
         let tat = match &current.state {
             QuotaState::Cells(cells) if current.quota == *quota && cells.line.gaps.is_empty() => {
-                (cells.not_before <= now && cells.retuned <= now).then_some(cells.line.tat)
+                // A floor (a reset's, or a new interval's) is state a TAT
+                // cannot carry: such a line stays out of line.
+                (cells.not_before <= now && cells.retuned == 0).then_some(cells.line.tat)
             }
             _ => None,
         };

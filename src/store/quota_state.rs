@@ -22,7 +22,7 @@
 use super::Backoff;
 use super::quota::{Quota, QuotaKind};
 use crate::algorithms::fixed_window;
-use crate::algorithms::gcra::CellConfig;
+use crate::algorithms::gcra::{CellConfig, rescale};
 use crate::algorithms::sliding_log::{Pause, jitter};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::slots::Line;
@@ -163,17 +163,17 @@ impl QuotaState {
     }
 
     /// The state of `fresh`'s quota, which replaced the one `self` was
-    /// made for: a GCRA state keeps its line and pause under the new rate
+    /// made for: a GCRA state keeps its line (its lead rescaled at `now`) and pause under the new rate
     /// and burst (what was spent still counts); any other change starts
     /// afresh.
-    pub(crate) fn renewed(self, fresh: Self) -> Self {
+    pub(crate) fn renewed(self, fresh: Self, now: u64) -> Self {
         match (self, fresh) {
             (Self::Cells(kept), Self::Cells(fresh)) => {
                 let mut cells = Cells {
                     config: fresh.config,
                     ..kept
                 };
-                cells.recut();
+                cells.recut(now);
                 Self::Cells(cells)
             }
             // The starts and the pause stay; the new limits apply to them.
@@ -268,11 +268,15 @@ impl QuotaState {
 impl Cells {
     /// Takes the slots cut with an interval other than the configuration's
     /// as unknown: they are not given back, and their gaps are forgotten.
-    /// Run whenever a configuration meets a stored line.
-    pub(crate) fn recut(&mut self) {
+    /// The line's lead over `now` is rescaled to the new interval
+    /// ([`rescale`]): the cells spent stay spent, at the new rate. Run
+    /// whenever a configuration meets a stored line.
+    pub(crate) fn recut(&mut self, now: u64) {
         let interval = self.config.interval_nanos();
         if self.cut != interval {
-            (self.cut, self.retuned) = (interval, self.retuned.max(self.line.tat));
+            self.retuned = self.retuned.max(self.line.tat);
+            self.line.tat = rescale(self.line.tat, now, self.cut, interval);
+            self.cut = interval;
             self.line.gaps.clear();
         }
     }

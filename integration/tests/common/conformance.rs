@@ -45,6 +45,7 @@ macro_rules! conformance {
                 quota_decisions_are_atomic,
                 shared_limiter_shares_one_limit,
                 a_new_algorithm_starts_afresh,
+                a_new_rate_rescales_what_was_spent,
                 sliding_log_limits_and_reports,
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
@@ -450,6 +451,34 @@ pub(crate) async fn shared_limiter_shares_one_limit<S: Store>(store: S) {
 /// A limiter whose quota changes from a full sliding log to GCRA decides
 /// afresh under GCRA, with no error from the log's state (in Redis, the
 /// two keep apart keys).
+/// A GCRA quota whose rate changes keeps what was spent, in cells: the
+/// line's lead over now is rescaled to the new interval. One cell taken at
+/// one a second is a 10 s wait at one per 10 s; one taken at one per 10 s
+/// is a 1 s wait at one a second (with the TAT kept instead, 1 s and 10 s:
+/// a faster rate would wait on the slower one's slot, and a slower one
+/// would let its next call come a whole interval early).
+pub(crate) async fn a_new_rate_rescales_what_was_spent<S: Store>(store: S) {
+    let second = Duration::from_secs(1);
+    let ten = Duration::from_secs(10);
+    for (from, to, at_least, at_most) in [(second, ten, 5.0, 10.5), (ten, second, 0.3, 1.5)] {
+        let key = store.quota_key(&unique("rescale"));
+        let before = Quota::gcra(1, from).unwrap();
+        let after = Quota::gcra(1, to).unwrap();
+        assert!(matches!(
+            store.decide(&key, &before, 1).await.unwrap(),
+            WindowDecision::Granted { .. }
+        ));
+        let asked = Instant::now();
+        let retry_at = store.look(&key, &after, 1).await.unwrap();
+        let wait = retry_at.expect("the cell is spent").duration_since(asked);
+        let wait = wait.as_secs_f64();
+        assert!(
+            (at_least..=at_most).contains(&wait),
+            "{from:?} then {to:?}: waits {wait:.3} s, not {at_least}-{at_most} s"
+        );
+    }
+}
+
 pub(crate) async fn a_new_algorithm_starts_afresh<S: Store>(store: S) {
     let limiter = window_limiter(store, &unique("switch"), false);
     assert!(matches!(

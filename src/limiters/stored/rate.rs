@@ -337,7 +337,8 @@ impl<S: QuotaStore> RateLimiter<S> {
     /// Enforces `quota` from the next decision on, in this process, and
     /// wakes waiting callers to ask again. What was spent still counts: a
     /// sliding log keeps its starts and its pause, a new rate or burst for
-    /// GCRA or a token bucket keeps the TAT; a quota of another algorithm
+    /// GCRA or a token bucket keeps the cells spent (the TAT's lead over
+    /// now, rescaled to the new interval, in every store); a quota of another algorithm
     /// or window starts afresh. A sliding log's backoff comes with its
     /// quota (keep it with [`Quota::with_backoff`]). Every process sharing
     /// the name should change together

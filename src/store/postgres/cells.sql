@@ -126,7 +126,10 @@ BEGIN
   -- Slots cut with another interval are not given back: their length is
   -- not known.
   IF v_cut <> tick THEN
-    v_cut := tick; v_ret := greatest(v_ret, v_tat); v_gaps := '{}';
+    -- The line's lead over now, rescaled: the cells spent stay spent.
+    v_ret := greatest(v_ret, v_tat); v_gaps := '{}';
+    IF v_tat > t THEN v_tat := t + (v_tat - t) * tick / v_cut; END IF;
+    v_cut := tick;
   END IF;
 
   IF op IN ('acquire', 'pace', 'peek') THEN

@@ -32,9 +32,12 @@ local MAX_GAPS = 1024
 -- Slots cut with another interval are not given back: their length is not
 -- known.
 if cut ~= interval then
-  cut, retuned, free = interval, math.max(retuned, tat), 0
+  retuned, free = math.max(retuned, tat), 0
+  -- The line's lead over now, rescaled: the cells spent stay spent.
+  if tat > now then tat = now + (tat - now) * interval / cut end
+  cut = interval
   redis.call('DEL', gaps)
-  if stored[1] then redis.call('HSET', key, 'cut', cut, 'ret', retuned, 'free', free) end
+  if stored[1] then redis.call('HSET', key, 'tat', tat, 'cut', cut, 'ret', retuned, 'free', free) end
 end
 
 -- A bound of a score range that leaves `at` out (exact: `..` would round).

@@ -26,8 +26,14 @@ CREATE TABLE IF NOT EXISTS tower_limits_cells (
 ",
 };
 
-/// `fresh` with the numbers of the row called `name`, if there is one.
-pub(super) fn load(tx: &Transaction<'_>, name: &str, fresh: Cells) -> rusqlite::Result<Cells> {
+/// `fresh` with the numbers of the row called `name`, if there is one, at
+/// `now` (a new interval rescales the line's lead over it).
+pub(super) fn load(
+    tx: &Transaction<'_>,
+    name: &str,
+    fresh: Cells,
+    now: u64,
+) -> rusqlite::Result<Cells> {
     let sql = "SELECT tat, next_available, cut, retuned, gaps FROM tower_limits_cells \
                WHERE name = ?1";
     let row: Option<(i64, i64, i64, i64, Vec<u8>)> = tx
@@ -55,7 +61,7 @@ pub(super) fn load(tx: &Transaction<'_>, name: &str, fresh: Cells) -> rusqlite::
         not_before: nonnegative(next_available),
         ..fresh
     };
-    cells.recut();
+    cells.recut(now);
     Ok(cells)
 }
 

@@ -79,9 +79,11 @@ fn reset_of(tx: &Transaction<'_>, name: &str, kind: &str) -> rusqlite::Result<Op
 /// The state of `quota` called `name`: its row in its algorithm's table,
 /// or a fresh state. Windows fall on multiples of their length in Unix
 /// time, the store's times.
-fn load(tx: &Transaction<'_>, name: &str, quota: &Quota) -> rusqlite::Result<QuotaState> {
+fn load(tx: &Transaction<'_>, name: &str, quota: &Quota, now: Now) -> rusqlite::Result<QuotaState> {
     Ok(match QuotaState::fresh(quota, |windows| windows) {
-        QuotaState::Cells(fresh) => QuotaState::Cells(cells::load(tx, name, fresh)?),
+        QuotaState::Cells(fresh) => {
+            QuotaState::Cells(cells::load(tx, name, fresh, nonnegative(now.0))?)
+        }
         QuotaState::FixedWindow(fresh) => {
             QuotaState::FixedWindow(fixed_window::load(tx, name, fresh)?)
         }
@@ -142,7 +144,7 @@ impl SqliteStore {
     {
         let (name, quota) = (key.owned(), *quota);
         self.call_late(mode, late, move |tx, now| {
-            let loaded = load(tx, &name, &quota)?;
+            let loaded = load(tx, &name, &quota, now)?;
             let mut state = loaded.clone();
             let answer = work(&mut state, now);
             if mode == Mode::Write && state != loaded {
@@ -286,7 +288,7 @@ impl QuotaStore for SqliteStore {
         }
         let (name, quota) = (key.owned(), *quota);
         LimiterFuture::new(self.call(Mode::Write, move |tx, now| {
-            let mut state = load(tx, &name, &quota)?;
+            let mut state = load(tx, &name, &quota, now)?;
             state.clear(nonnegative(now.0));
             save(tx, &name, &state)?;
             save_resets(tx, &name, &state)
