@@ -26,8 +26,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
-
 use super::quota::{Quota, QuotaKind};
 use super::quota_state::QuotaState;
 use crate::algorithms::gcra::{CellConfig, judge};
@@ -42,7 +40,7 @@ const OPEN: u64 = 1 << 63;
 #[derive(Debug, Default)]
 pub(super) struct OpenLine {
     /// [`OPEN`] and the TAT, or 0 (or a TAT without the bit) while closed.
-    word: CachePadded<AtomicU64>,
+    word: AtomicU64,
     /// The open line's configuration: `T` in nanoseconds, and `B`.
     interval: AtomicU64,
     burst: AtomicU64,

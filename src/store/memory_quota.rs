@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 use super::memory_cells::OpenLine;
@@ -42,9 +43,12 @@ pub struct MemoryQuotaKey(Arc<Entry>);
 
 /// One named quota: its slot behind a lock and, while the slot is GCRA's
 /// with no gap in its line, the open line that decides without the lock.
+///
+/// The open line's four words share one cache line, apart from the slot's:
+/// a decision reads them all and a grant writes the first.
 #[derive(Default)]
 struct Entry {
-    line: OpenLine,
+    line: CachePadded<OpenLine>,
     slot: Mutex<Option<Slot>>,
 }
 
