@@ -613,3 +613,34 @@ async fn sliding_window_counter_holds_its_bound_for_1000_concurrent_callers() {
     // The documented bound: fewer than twice the limit in any window.
     assert_at_most_per_window(&spans, 2 * MAX as usize - 1, window, MAX as usize / 2);
 }
+
+/// A window limiter of 4 an hour at one instant: 2 + 2 granted, a
+/// `clear`, 4 granted again; then the first grant refunded and the second
+/// settled down to 1. Neither gives anything back (the clear did): no call
+/// more passes. Without the floor a clear leaves, each granted 7 at once.
+#[tokio::test(start_paused = true)]
+async fn a_permit_from_before_clear_gives_nothing_back() {
+    let hour = Duration::from_secs(3_600);
+    clear_then_refund("fixed", FixedWindowLimiter::new(4, hour).unwrap()).await;
+    clear_then_refund(
+        "counter",
+        SlidingWindowCounterLimiter::new(4, hour).unwrap(),
+    )
+    .await;
+}
+
+async fn clear_then_refund(what: &str, limiter: impl Limiter) {
+    let refunded = granted(&limiter, 2).await;
+    let mut settled = granted(&limiter, 2).await;
+    limiter.clear().await.unwrap();
+    for _ in 0..4 {
+        drop(granted(&limiter, 1).await);
+    }
+    limiter.refund(refunded);
+    limiter.settle(&mut settled, 1);
+    let mut more = 0;
+    while more < 4 && is_granted(&limiter.try_acquire().await.unwrap()) {
+        more += 1;
+    }
+    assert_eq!(more, 0, "{what}: {} at once, capacity 4", 4 + more);
+}

@@ -155,6 +155,24 @@ impl Windows {
     }
 }
 
+/// The adjustment of a window grant counted in window `index`: as asked,
+/// unless a reset happened in that window or after it (`cleared`), where
+/// the grant's units can no longer be told from those counted since: then
+/// a grant of nothing in the `current` window, settled to the extra units.
+pub(crate) fn refused(
+    cleared: Option<u64>,
+    current: u64,
+    index: u64,
+    from: u32,
+    to: u32,
+) -> (u64, u32, u32) {
+    if cleared.is_some_and(|cleared| index <= cleared) {
+        (current, 0, to.saturating_sub(from))
+    } else {
+        (index, from, to)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use crate::algorithms::gcra::{CellConfig, rescale};
 use crate::algorithms::sliding_log::{Pause, jitter};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::slots::Line;
-use crate::algorithms::windows::Windows;
+use crate::algorithms::windows::{Windows, refused};
 use crate::clock::duration_nanos;
 use crate::start_log::StartLog;
 
@@ -368,18 +368,6 @@ impl FixedWindow {
         if let Some(count) = fixed_window::recount(index, current, counted, from, to) {
             (self.index, self.count) = (Some(current), count);
         }
-    }
-}
-
-/// The adjustment of a window grant counted in window `index`: as asked,
-/// unless a reset happened in that window or after it (`cleared`), where
-/// the grant's units can no longer be told from those counted since: then
-/// a grant of nothing in the `current` window, settled to the extra units.
-fn refused(cleared: Option<u64>, current: u64, index: u64, from: u32, to: u32) -> (u64, u32, u32) {
-    if cleared.is_some_and(|cleared| index <= cleared) {
-        (current, 0, to.saturating_sub(from))
-    } else {
-        (index, from, to)
     }
 }
 

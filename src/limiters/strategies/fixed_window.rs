@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::window::{WindowBacked, WindowState};
 use crate::algorithms::fixed_window;
-use crate::algorithms::windows::Windows;
+use crate::algorithms::windows::{Windows, refused};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -83,6 +83,9 @@ pub(crate) struct FixedState {
     counter: AtomicU64,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: AtomicU64,
+    /// The window of the last `clear`, plus one (0: never cleared): a
+    /// grant counted in it or before gives nothing back ([`refused`]).
+    cleared: AtomicU64,
     /// Fired when a refund or `clear` gives room back early.
     reopened: ReleaseEvent,
     clock: Clock,
@@ -236,6 +239,7 @@ impl FixedWindowLimiter {
                 windows,
                 counter: AtomicU64::new(0),
                 not_before: AtomicU64::new(0),
+                cleared: AtomicU64::new(0),
                 reopened: ReleaseEvent::new(),
                 clock,
             }),
@@ -378,19 +382,24 @@ impl WindowState for FixedState {
         self.windows.status(now, blocked)
     }
 
-    /// The units count while their window lasts.
+    /// The units count while their window lasts, and until a `clear`.
     fn recount(&self, index: u64, from: u32, to: u32) -> bool {
         let now = self.clock.now_nanos();
+        let mut gave_back = false;
         let updated = self
             .counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
                 let current = self.windows.index(self.catch_up(now, Counter(word)));
+                // Read after the word: a `clear` sets it before emptying it.
+                let cleared = self.cleared.load(Ordering::SeqCst).checked_sub(1);
+                let (index, from, to) = refused(cleared, current, index, from, to);
+                gave_back = to < from;
                 let count = u64::from(Counter(word).count_in(current));
                 let count = fixed_window::recount(index, current, count, from, to)?;
                 let count = u32::try_from(count).unwrap_or(u32::MAX);
                 Some(Counter::new(current, count).0)
             });
-        updated.is_ok() && to < from
+        updated.is_ok() && gave_back
     }
 
     fn pause_until(&self, nanos: u64) {
@@ -398,6 +407,11 @@ impl WindowState for FixedState {
     }
 
     fn reset(&self) {
+        let now = self.clock.now_nanos();
+        let index = self
+            .windows
+            .index(self.catch_up(now, Counter(self.counter.load(Ordering::SeqCst))));
+        self.cleared.fetch_max(index + 1, Ordering::SeqCst);
         self.counter.store(0, Ordering::SeqCst);
         self.not_before.store(0, Ordering::SeqCst);
     }

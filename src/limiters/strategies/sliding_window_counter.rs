@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::window::{WindowBacked, WindowState};
 use crate::algorithms::sliding_window_counter::Counts;
-use crate::algorithms::windows::Windows;
+use crate::algorithms::windows::{Windows, refused};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::limiter::{Admission, Denial, Permit, ReleaseEvent};
@@ -114,6 +114,9 @@ struct Guarded {
     counts: Counts,
     /// Nanoseconds since the clock's epoch before which nothing starts.
     not_before: u64,
+    /// The window of the last `clear`: a grant counted in it or before
+    /// gives nothing back ([`refused`]).
+    cleared: Option<u64>,
 }
 
 impl Guarded {
@@ -296,10 +299,12 @@ impl WindowState for SlidingState {
     }
 
     /// Moves the units counted for window `index` from `from` to `to` (see
-    /// [`Counts::recount`]). Returns whether room was given back.
+    /// [`Counts::recount`]); a grant from before a `clear` only has its
+    /// extra units charged. Returns whether room was given back.
     fn recount(&self, index: u64, from: u32, to: u32) -> bool {
         let mut guarded = self.lock();
         let current = self.windows.index(self.clock.now_nanos());
+        let (index, from, to) = refused(guarded.cleared, current, index, from, to);
         match guarded.counts.recount(current, index, from, to) {
             Some(counts) => guarded.counts = counts,
             None => return false,
@@ -313,7 +318,13 @@ impl WindowState for SlidingState {
     }
 
     fn reset(&self) {
-        *self.lock() = Guarded::default();
+        let index = self.windows.index(self.clock.now_nanos());
+        let mut guarded = self.lock();
+        let cleared = guarded.cleared.map_or(index, |cleared| cleared.max(index));
+        *guarded = Guarded {
+            cleared: Some(cleared),
+            ..Guarded::default()
+        };
     }
 }
 
