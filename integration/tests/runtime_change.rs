@@ -163,20 +163,28 @@ mod gcra_and_token_bucket {
         status.expect("a rate limit has a quota").remaining()
     }
 
-    /// 900 ms of the old second left, a tenth of it at ten a second: the
-    /// waiter is woken and passes at 190 ms.
-    #[tokio::test(start_paused = true)]
-    async fn a_faster_rate_rescales_the_wait_and_wakes_the_waiter() {
+    /// One a second, its cell taken, a caller waiting for the next, 100 ms
+    /// on: the start, the limiter, and when the waiter passes.
+    async fn one_a_second_spent_and_a_waiter()
+    -> (Instant, RateLimiter, tokio::task::JoinHandle<Instant>) {
         let start = Instant::now();
         let limiter = RateLimiter::in_memory(gcra(1, secs(1), 1).unwrap());
         drop(granted(&limiter).await.unwrap());
         let waiter = {
             let limiter = limiter.clone();
-            tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
+            tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()).unwrap() })
         };
         tokio::time::sleep(ms(100)).await;
+        (start, limiter, waiter)
+    }
+
+    /// 900 ms of the old second left, a tenth of it at ten a second: the
+    /// waiter is woken and passes at 190 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_faster_rate_rescales_the_wait_and_wakes_the_waiter() {
+        let (start, limiter, waiter) = one_a_second_spent_and_a_waiter().await;
         limiter.set_quota(gcra(10, secs(1), 1).unwrap());
-        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(190));
+        assert_eq!(waiter.await.unwrap(), start + ms(190));
         drop(limiter.acquire().await.unwrap());
         assert_eq!(Instant::now(), start + ms(290), "the new interval");
     }
@@ -186,16 +194,9 @@ mod gcra_and_token_bucket {
     /// cell's 900 ms, rescaled to 90 ms, and the waiter's 100 ms).
     #[tokio::test(start_paused = true)]
     async fn a_larger_burst_wakes_the_waiter_with_the_room_it_makes() {
-        let start = Instant::now();
-        let limiter = RateLimiter::in_memory(gcra(1, secs(1), 1).unwrap());
-        drop(granted(&limiter).await.unwrap());
-        let waiter = {
-            let limiter = limiter.clone();
-            tokio::spawn(async move { limiter.acquire().await.map(|_| Instant::now()) })
-        };
-        tokio::time::sleep(ms(100)).await;
+        let (start, limiter, waiter) = one_a_second_spent_and_a_waiter().await;
         limiter.set_quota(gcra(10, secs(1), 10).unwrap());
-        assert_eq!(waiter.await.unwrap().unwrap(), start + ms(100));
+        assert_eq!(waiter.await.unwrap(), start + ms(100));
         assert_eq!(remaining(&limiter), 8, "10 less 190 ms of cells held");
     }
 

@@ -220,20 +220,31 @@ pub(crate) async fn quota_refund_and_peek<S: Store>(store: S) {
             None,
             "{what}: peek took"
         );
-        let ticket = granted(store.decide(&key, &quota, 3).await.unwrap());
-        assert!(
-            store.look(&key, &quota, 1).await.unwrap().is_some(),
-            "{what}: full"
-        );
-        store.adjust(&key, &quota, ticket, 3, 0).await.unwrap();
-        assert_eq!(
-            store.look(&key, &quota, 3).await.unwrap(),
-            None,
-            "{what}: refunded"
-        );
+        full_then_refunded(&store, &key, &quota, what).await;
         granted(store.decide(&key, &quota, 3).await.unwrap());
     })
     .await;
+}
+
+/// Grants all 3 units of `quota` at `key`, then refunds them: full, then
+/// all 3 back.
+pub(crate) async fn full_then_refunded<S: QuotaStore>(
+    store: &S,
+    key: &S::QuotaKey,
+    quota: &Quota,
+    what: &str,
+) {
+    let ticket = granted(store.decide(key, quota, 3).await.unwrap());
+    assert!(
+        store.look(key, quota, 1).await.unwrap().is_some(),
+        "{what}: full"
+    );
+    store.adjust(key, quota, ticket, 3, 0).await.unwrap();
+    assert_eq!(
+        store.look(key, quota, 3).await.unwrap(),
+        None,
+        "{what}: refunded"
+    );
 }
 
 /// A GCRA or token bucket grant is given back whatever was granted since,
