@@ -65,7 +65,7 @@
 //! [`tokio::time::pause`]: https://docs.rs/tokio/1/tokio/time/fn.pause.html
 //! [`tokio::time::advance`]: https://docs.rs/tokio/1/tokio/time/fn.advance.html
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -274,6 +274,16 @@ impl Clock {
             Source::Tokio => duration_nanos(Instant::now().saturating_duration_since(self.epoch)),
             Source::Counter { epoch_raw } => counter::nanos_between(*epoch_raw, counter::raw()),
         }
+    }
+
+    /// Unix time at this clock's epoch, in nanoseconds: both clocks read
+    /// once, now.
+    pub(crate) fn unix_epoch(&self) -> u64 {
+        let since_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(duration_nanos)
+            .unwrap_or(0);
+        since_unix.saturating_sub(self.now_nanos())
     }
 
     /// The instant `nanos` after the epoch.

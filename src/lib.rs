@@ -10,12 +10,10 @@
 //! |---|---|
 //! | [`NullLimiter`] | always (no limit) |
 //! | [`ConcurrencyLimiter`] | fewer than `max` calls are running |
-//! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: GCRA (as governor and redis-cell) or a token bucket (the same algorithm configured by its capacity), a fixed or sliding window counter, or the seed's sliding log of starts ([`RateLimiter::builder`]: fewer than `max` calls started in the window, backing off with jitter once it fills); in memory ([`RateLimiter::in_memory`]), or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
+//! | [`RateLimiter`] | its [`Quota`](store::Quota) in its [store] admits it: GCRA (as governor and redis-cell) or a token bucket (the same algorithm configured by its capacity), a fixed window ([`Quota::fixed_window`](store::Quota::fixed_window): 2× burst at a boundary) or a sliding window counter ([`Quota::sliding_window_counter`](store::Quota::sliding_window_counter): O(1) memory, bounded error), or the seed's sliding log of starts ([`RateLimiter::builder`]: fewer than `max` calls started in the window, backing off with jitter once it fills); in memory ([`RateLimiter::in_memory`]), or across processes in Redis (feature `redis`), PostgreSQL (feature `postgres`) or one SQLite file (feature `sqlite`) |
 //! | [`DelayLimiter`] | at least `delay` has passed since the last start |
 //! | [`EvenlySpacedRateLimiter`] | `window / max` has passed since the last start (cost × that, after a costly call), whatever the number of callers and the call duration |
 //! | [`LeakyBucketLimiter`] | the constant drip is free (never a burst); else its slot is booked, up to a bounded queue |
-//! | [`FixedWindowLimiter`] | fewer than `max` calls started in the current calendar window (2× burst at a boundary) |
-//! | [`SlidingWindowCounterLimiter`] | the weighted blend of this window's and the last one's counts leaves room (O(1) memory, bounded error) |
 //! | [`AdaptiveRateLimiter`] | the call conforms to a rate learned from the upstream: just under the capacity its refusals estimate, probing above it rarely, at a stated quota when there is one |
 //! | [`AdaptiveConcurrencyLimiter`] | fewer calls are running than a limit that follows the upstream's latency (a gradient, as Netflix's concurrency-limits): more while calls are fast, fewer as they slow down |
 //! | [`CompositeLimiter`] | every part admits it |
@@ -181,9 +179,8 @@ pub use limit::{Limit, LimitLayer};
 pub use limiter::{Limiter, LimiterExt, Permit};
 pub use limiters::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
-    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter,
-    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter, OutagePolicy,
-    RateLimiter, SlidingWindowCounterLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover, KeyedLimiter,
+    LeakyBucketLimiter, LeasedConcurrencyLimiter, NullLimiter, OutagePolicy, RateLimiter,
 };
 pub use quota_status::QuotaStatus;
 pub use rate::Rate;

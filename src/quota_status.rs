@@ -117,11 +117,12 @@ impl QuotaStatus {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{FixedWindowLimiter, Limiter, LimiterExt};
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, LimiterExt, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindowLimiter::new(5, Duration::from_secs(60))?;
+    /// let limiter = RateLimiter::in_memory(Quota::token_bucket(5, 1, Duration::from_secs(60))?);
     /// drop(limiter.acquire_many(2).await?);
     /// assert_eq!(limiter.quota_status().await?.map(|s| s.remaining()), Some(3));
     /// # Ok(())

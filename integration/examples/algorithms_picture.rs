@@ -9,7 +9,10 @@
 //! bursts (12 just before the one-second mark and 12 just after it, a trickle
 //! of 5 a second from 3 s to 5 s, 20 at once at 6 s), each waits at most
 //! 1.5 s for admission, and calls take no time. Time is tokio's paused
-//! clock, so the picture is the same on every run and every machine.
+//! clock, so the picture is the same on every run and every machine. The
+//! windows (kept, as every quota, in a memory store, which puts their
+//! boundaries on whole seconds of Unix time) start on a boundary: paused
+//! time moves there first.
 //!
 //! Each panel shows, per 100 ms, arrivals (grey), admissions (blue) and
 //! callers that gave up (red): the burst a token bucket lets through, the
@@ -21,13 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plotters::prelude::*;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, advance, sleep_until, timeout};
 use tower_limits::error::ConfigError;
+use tower_limits::limiters::FreshLimiter;
 use tower_limits::store::Quota;
-use tower_limits::{
-    EvenlySpacedRateLimiter, FixedWindowLimiter, LeakyBucketLimiter, Limiter, LimiterExt,
-    RateLimiter, SlidingWindowCounterLimiter,
-};
+use tower_limits::{EvenlySpacedRateLimiter, LeakyBucketLimiter, Limiter, LimiterExt, RateLimiter};
 
 /// How long the picture runs.
 const SPAN: Duration = Duration::from_secs(8);
@@ -60,7 +61,39 @@ fn arrivals() -> Vec<Duration> {
 
 /// Makes a limiter; called inside the paused runtime, so that the
 /// limiter's clock starts at its start.
-type Make = fn() -> Result<Arc<dyn Limiter>, ConfigError>;
+type Make = fn() -> Result<Made, ConfigError>;
+
+/// A limiter to run the arrivals through.
+enum Made {
+    /// Runs from now.
+    Now(Arc<dyn Limiter>),
+    /// A window quota: runs from the start of its next window, so that its
+    /// boundaries fall on the picture's whole seconds.
+    AtWindowStart(RateLimiter),
+}
+
+/// `limiter`, run from now.
+fn now(limiter: impl Limiter + 'static) -> Result<Made, ConfigError> {
+    Ok(Made::Now(Arc::new(limiter)))
+}
+
+/// A window quota in a memory store of its own, run from a window start.
+fn windows(quota: Quota) -> Result<Made, ConfigError> {
+    Ok(Made::AtWindowStart(RateLimiter::in_memory(quota)))
+}
+
+/// Moves paused time to the next start of `limiter`'s windows: a probe on
+/// the same store (its window boundaries), a fixed window of the same
+/// length filled at once, can proceed again there.
+async fn to_window_start(limiter: &RateLimiter) -> Result<(), Box<dyn Error>> {
+    let quota = limiter.quota();
+    let probe = limiter.fresh();
+    probe.set_quota(Quota::fixed_window(quota.capacity(), quota.window())?);
+    probe.try_acquire_many(quota.capacity()).await?;
+    let start = probe.next_available_time().await?;
+    advance(start.saturating_duration_since(Instant::now())).await;
+    Ok(())
+}
 
 /// The limiters, each allowing 10 a second.
 fn limiters() -> Vec<(&'static str, Make)> {
@@ -68,29 +101,27 @@ fn limiters() -> Vec<(&'static str, Make)> {
     vec![
         ("Token bucket (capacity 10)", || {
             let quota = Quota::token_bucket(10, 10, SECOND)?.with_pacing_tolerance()?;
-            Ok(Arc::new(RateLimiter::in_memory(quota)))
+            now(RateLimiter::in_memory(quota))
         }),
         ("GCRA (burst 3)", || {
             let quota = Quota::gcra(10, SECOND)?
                 .with_burst(3)?
                 .with_pacing_tolerance()?;
-            Ok(Arc::new(RateLimiter::in_memory(quota)))
+            now(RateLimiter::in_memory(quota))
         }),
-        ("Fixed window", || {
-            Ok(Arc::new(FixedWindowLimiter::new(10, SECOND)?))
-        }),
+        ("Fixed window", || windows(Quota::fixed_window(10, SECOND)?)),
         ("Sliding window counter", || {
-            Ok(Arc::new(SlidingWindowCounterLimiter::new(10, SECOND)?))
+            windows(Quota::sliding_window_counter(10, SECOND)?)
         }),
         ("Sliding log (RateLimiter, no backoff)", || {
             let log = RateLimiter::builder("log", 10, SECOND).without_backoff();
-            Ok(Arc::new(log.build()?))
+            now(log.build()?)
         }),
         ("Leaky bucket (queue 10)", || {
-            Ok(Arc::new(LeakyBucketLimiter::new(10, SECOND, 10)?))
+            now(LeakyBucketLimiter::new(10, SECOND, 10)?)
         }),
         ("Evenly spaced", || {
-            Ok(Arc::new(EvenlySpacedRateLimiter::new(10, SECOND)?))
+            now(EvenlySpacedRateLimiter::new(10, SECOND)?)
         }),
     ]
 }
@@ -215,7 +246,16 @@ pub fn render(path: &str) -> Result<Vec<Run>, Box<dyn Error>> {
             .enable_time()
             .start_paused(true)
             .build()?;
-        let run = runtime.block_on(async { Ok::<_, ConfigError>(run(label, make()?).await) })?;
+        let run = runtime.block_on(async {
+            let limiter: Arc<dyn Limiter> = match make()? {
+                Made::Now(limiter) => limiter,
+                Made::AtWindowStart(limiter) => {
+                    to_window_start(&limiter).await?;
+                    Arc::new(limiter)
+                }
+            };
+            Ok::<_, Box<dyn Error>>(run(label, limiter).await)
+        })?;
         runs.push(run);
     }
     if let Some(parent) = std::path::Path::new(path).parent() {

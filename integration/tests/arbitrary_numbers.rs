@@ -25,9 +25,8 @@ use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     AdaptiveConcurrencyLimiter, AdaptiveRateLimiter, BatchedLimiter, CompositeLimiter,
-    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter, KeyedLimiter,
-    LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
-    SlidingWindowCounterLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, KeyedLimiter, LeakyBucketLimiter,
+    LeasedConcurrencyLimiter, Limiter, Permit, Rate, RateLimiter,
 };
 
 #[global_allocator]
@@ -111,7 +110,9 @@ enum Make {
     Gcra(u32, Duration, u32),
     TokenBucket(u32, u32, Duration),
     LeakyBucket(u32, Duration, u32),
-    FixedWindow(u32, Duration, bool),
+    /// A fixed window in a memory store of its own (windows aligned to
+    /// Unix time, whatever their length).
+    FixedWindow(u32, Duration),
     SlidingWindowCounter(u32, Duration),
     /// A rate (`count` per `per`) given to each `from_rate` constructor,
     /// picked by the `u8`.
@@ -161,7 +162,7 @@ fn make() -> impl Strategy<Value = Make> {
         (count_u32(), duration(), count_u32()).prop_map(|(n, p, b)| Make::Gcra(n, p, b)),
         (count_u32(), count_u32(), duration()).prop_map(|(c, n, p)| Make::TokenBucket(c, n, p)),
         (count_u32(), duration(), count_u32()).prop_map(|(n, p, q)| Make::LeakyBucket(n, p, q)),
-        (count_u32(), duration(), any::<bool>()).prop_map(|(n, w, a)| Make::FixedWindow(n, w, a)),
+        (count_u32(), duration()).prop_map(|(n, w)| Make::FixedWindow(n, w)),
         (count_u32(), duration()).prop_map(|(n, w)| Make::SlidingWindowCounter(n, w)),
         (count_u32(), duration(), any::<u8>()).prop_map(|(n, p, k)| Make::FromRate(n, p, k)),
         (count_u32(), duration(), count_u32(), any::<u8>())
@@ -285,17 +286,12 @@ impl Make {
             Make::LeakyBucket(count, period, queue) => {
                 Subject::fixed(LeakyBucketLimiter::new(count, period, queue)?)
             }
-            Make::FixedWindow(max, window, aligned) => {
-                let limiter = FixedWindowLimiter::new(max, window)?;
-                Subject::fixed(if aligned {
-                    limiter.aligned_to_unix_time()
-                } else {
-                    limiter
-                })
+            Make::FixedWindow(max, window) => {
+                Subject::fixed(RateLimiter::in_memory(Quota::fixed_window(max, window)?))
             }
-            Make::SlidingWindowCounter(max, window) => {
-                Subject::fixed(SlidingWindowCounterLimiter::new(max, window)?)
-            }
+            Make::SlidingWindowCounter(max, window) => Subject::fixed(RateLimiter::in_memory(
+                Quota::sliding_window_counter(max, window)?,
+            )),
             Make::FromRate(count, per, which) => from_rate(Rate::new(count, per)?, which)?,
             Make::Shared(count, period, burst, which) => {
                 let quota = match which % 4 {
@@ -414,8 +410,14 @@ fn from_rate(rate: Rate, which: u8) -> Result<Subject, ConfigError> {
             u32::from(which),
         )?)),
         4 => Subject::fixed(LeakyBucketLimiter::from_rate(rate, u32::from(which))?),
-        5 => Subject::fixed(FixedWindowLimiter::from_rate(rate)?),
-        _ => Subject::fixed(SlidingWindowCounterLimiter::from_rate(rate)?),
+        5 => Subject::fixed(RateLimiter::in_memory(Quota::fixed_window(
+            rate.count(),
+            rate.per(),
+        )?)),
+        _ => Subject::fixed(RateLimiter::in_memory(Quota::sliding_window_counter(
+            rate.count(),
+            rate.per(),
+        )?)),
     })
 }
 

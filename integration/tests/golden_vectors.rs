@@ -13,12 +13,9 @@
 //! scripts expose, with the arguments the crate's callers pass them.
 //!
 //! * **Expected**: the Rust decisions on tokio's paused clock, advanced to
-//!   each step: for GCRA and the token bucket the stores' own (a
-//!   `RateLimiter` on a `MemoryStore`, whose quota state SQLite also
-//!   runs), for the windows the in-memory `FixedWindowLimiter` and
-//!   `SlidingWindowCounterLimiter` (the same functions of
-//!   `src/algorithms`), for the sliding log `RateLimiter` on its
-//!   `MemoryStore`.
+//!   each step: the stores' own, a `RateLimiter` on a `MemoryStore` (whose
+//!   quota state, `src/store/quota_state.rs`, SQLite also runs), for every
+//!   algorithm.
 //! * **Redis**: the crate's script text (`status.lua` before it, as
 //!   `with_status` does) behind a shim that shadows `redis` with a table
 //!   whose `call('TIME')` answers a fake clock passed as one more trailing
@@ -38,9 +35,10 @@
 //!   reference's own code (`src/store/quota_state.rs`).
 //!
 //! The fake clock of the servers starts at [`EPOCH_US`], a multiple of every
-//! window: the in-memory limiters align their windows to their clock's epoch
-//! (the instant they are built, step 0 here) and the scripts to Unix time, so
-//! window indexes and boundaries match.
+//! window: the memory store and the scripts both align windows to Unix time,
+//! and the reference starts its windows' scripts at a boundary (paused time
+//! moved there first, `common::to_window_start`), so window boundaries
+//! match.
 //!
 //! Outcomes compare exactly, in µs. The servers compute in whole µs; the
 //! Rust limiters in ns. A Rust instant is turned into µs by rounding up, as
@@ -83,7 +81,7 @@ use tower_limits::clock::Clock;
 use tower_limits::error::CostTooHigh;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota, SqliteStore};
-use tower_limits::{FixedWindowLimiter, Limiter, Permit, RateLimiter, SlidingWindowCounterLimiter};
+use tower_limits::{Limiter, Permit, RateLimiter};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -138,9 +136,9 @@ enum Algorithm {
     /// `Quota::token_bucket(burst, count, period)`: capacity `burst`,
     /// `count` tokens per `period`; the same cells script.
     TokenBucket,
-    /// `FixedWindowLimiter::new(count, period)`.
+    /// `Quota::fixed_window(count, period)`.
     FixedWindow,
-    /// `SlidingWindowCounterLimiter::new(count, period)`.
+    /// `Quota::sliding_window_counter(count, period)`.
     SlidingWindowCounter,
     /// `RateLimiter::builder(name, count, period).without_backoff()`.
     SlidingLog,
@@ -377,8 +375,7 @@ enum Op {
     /// `refund(grant)`, of the latest grant still held (0) or the one before.
     Refund(usize),
     /// `clear()`: the store's `reset`. Only directed vectors use it, on
-    /// GCRA, the token bucket and the sliding log, whose references are
-    /// the stores' own Rust (the in-memory windows decide alone).
+    /// GCRA, the token bucket and the sliding log.
     Clear,
 }
 
@@ -466,34 +463,35 @@ fn is_cost_too_high(error: &tower_limits::error::LimiterError) -> bool {
     error.get_ref().downcast_ref::<CostTooHigh>().is_some()
 }
 
-fn build(config: &Config) -> Arc<dyn Limiter> {
-    let period = config.period();
+/// The Rust reference: the stores' own decisions (the memory store's quota
+/// state, which SQLite also runs). GCRA's refunds follow the stores' rule
+/// (a grant's slot of the line, given back at the line's end or as a gap).
+fn build(config: &Config) -> RateLimiter {
     match config.algorithm {
-        // GCRA's reference is the stores' own Rust decision (the memory
-        // store's quota state, which SQLite also runs): its refunds follow
-        // the stores' rule (a grant's slot of the line, given back at the
-        // line's end or as a gap).
-        Algorithm::Gcra | Algorithm::TokenBucket => Arc::new(RateLimiter::new(
-            MemoryStore::new(),
-            config.name,
-            config.quota(),
-        )),
-        Algorithm::FixedWindow => Arc::new(FixedWindowLimiter::new(config.count, period).unwrap()),
-        Algorithm::SlidingWindowCounter => {
-            Arc::new(SlidingWindowCounterLimiter::new(config.count, period).unwrap())
+        Algorithm::Gcra
+        | Algorithm::TokenBucket
+        | Algorithm::FixedWindow
+        | Algorithm::SlidingWindowCounter => {
+            RateLimiter::new(MemoryStore::new(), config.name, config.quota())
         }
-        Algorithm::SlidingLog => Arc::new(
-            RateLimiter::builder(config.name, config.count, period)
-                .without_backoff()
-                .build()
-                .unwrap(),
-        ),
+        Algorithm::SlidingLog => RateLimiter::builder(config.name, config.count, config.period())
+            .without_backoff()
+            .build()
+            .unwrap(),
     }
 }
 
-/// The outcomes of the Rust reference on paused time.
+/// The outcomes of the Rust reference on paused time; a window's script
+/// starts at a window boundary, as the servers' fake clock does.
 async fn expected(config: &Config, steps: &[Step]) -> Vec<Outcome> {
-    outcomes(config, build(config), steps).await
+    let limiter = build(config);
+    if matches!(
+        config.algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindowCounter
+    ) {
+        common::to_window_start(&limiter).await;
+    }
+    outcomes(config, Arc::new(limiter), steps).await
 }
 
 /// The outcomes of `limiter` (configured as `config`) on paused time.
@@ -1085,8 +1083,8 @@ impl Backend for PgBackend<'_> {
 
 // --- The tests -------------------------------------------------------------
 
-/// One script of one configuration, and what the in-memory limiter
-/// answered to each of its steps.
+/// One script of one configuration, and what the Rust reference (in
+/// memory) answered to each of its steps.
 struct Vector {
     config: Config,
     /// Which script of the configuration (its keys' suffix).
@@ -1134,8 +1132,9 @@ fn on_sqlite(config: &Config, store: SqliteStore) -> Arc<dyn Limiter> {
 }
 
 /// Replays `vectors` on SQLite, on a file of its own per vector whose
-/// store reads tokio's paused clock (from the clock's epoch, so windows
-/// fall as in memory): the differences, and how many steps were compared.
+/// store reads tokio's paused clock (from the clock's epoch, opened at step
+/// 0, so its windows start there, as the reference's): the differences,
+/// and how many steps were compared.
 fn replay_on_sqlite(vectors: &[Vector]) -> (Vec<String>, usize) {
     let runtime = common::paused_runtime();
     let files = tempfile::tempdir().unwrap();

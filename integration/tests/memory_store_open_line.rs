@@ -1,5 +1,5 @@
 //! A `MemoryStore` decides GCRA without its lock while the line has no gap
-//! (`src/store/memory_cells.rs`), and under the lock for everything else: a
+//! (`src/store/memory_open_line.rs`), and under the lock for everything else: a
 //! refund inside the line, a look, a pause, another burst. Here both paths
 //! run at once on one key, from OS threads, for a second: two threads take
 //! cells as fast as they can, a third gives back grants of its own (inside
@@ -122,4 +122,90 @@ fn the_lock_free_and_the_locked_path_keep_one_bound() {
         given_back > 0,
         "the meddler gave nothing back: no gap was made"
     );
+}
+
+/// The windows' open line (a fixed window's or a sliding window counter's
+/// counts in one word) against the lock, as above: two takers on the open
+/// line, a meddler whose refunds, looks and status reads close and reopen
+/// it. Neither kind lets a window count more than its limit, so the grants
+/// ticketed with a window, less those given back, are at most the limit in
+/// every window. Ten-microsecond windows move the line's base often (the
+/// counter's word holds 2^15 windows past it), so the lock reopens it from
+/// a new base many times a second.
+#[test]
+fn windows_keep_their_limit_on_both_paths() {
+    for (what, quota) in [
+        ("fixed window, 1 ms", Quota::fixed_window(50, INTERVAL)),
+        (
+            "fixed window, 10 µs",
+            Quota::fixed_window(2, Duration::from_micros(10)),
+        ),
+        (
+            "sliding window counter, 1 ms",
+            Quota::sliding_window_counter(50, INTERVAL),
+        ),
+        (
+            "sliding window counter, 10 µs",
+            Quota::sliding_window_counter(2, Duration::from_micros(10)),
+        ),
+    ] {
+        windows_hold(what, quota.expect("a valid quota"));
+    }
+}
+
+/// Grants counted by window, less those given back.
+type PerWindow = std::collections::HashMap<u64, i64>;
+
+fn windows_hold(what: &str, quota: Quota) {
+    let store = MemoryStore::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = |meddles: bool| {
+        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        thread::spawn(move || {
+            let key = store.quota_key("open-line");
+            let mut counted = PerWindow::new();
+            let mut given_back = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(WindowDecision::Granted { ticket }) = now(store.decide(&key, &quota, 1))
+                else {
+                    continue;
+                };
+                *counted.entry(ticket).or_default() += 1;
+                if meddles {
+                    thread::yield_now();
+                    now(store.adjust(&key, &quota, ticket, 1, 0)).unwrap();
+                    *counted.entry(ticket).or_default() -= 1;
+                    given_back += 1;
+                    now(store.look(&key, &quota, 1)).unwrap();
+                    now(store.quota_status(&key, &quota)).unwrap();
+                }
+            }
+            (counted, given_back)
+        })
+    };
+    let workers: Vec<_> = [false, false, true].map(worker).into();
+    thread::sleep(RUN / 2);
+    stop.store(true, Ordering::Relaxed);
+    let mut net = PerWindow::new();
+    let mut given_back = 0;
+    for worker in workers {
+        let (counted, gave) = worker.join().expect("a worker panicked");
+        given_back += gave;
+        for (window, count) in counted {
+            *net.entry(window).or_default() += count;
+        }
+    }
+    let max = i64::from(quota.capacity());
+    let over: Vec<_> = net.iter().filter(|&(_, &count)| count > max).collect();
+    let fullest = net.values().copied().max().unwrap_or(0);
+    println!(
+        "{what}: {} windows, fullest {fullest}, {given_back} given back",
+        net.len()
+    );
+    assert!(over.is_empty(), "{what}: windows above {max}: {over:?}");
+    assert_eq!(
+        fullest, max,
+        "{what}: no window was filled: the run proved nothing"
+    );
+    assert!(given_back > 0, "{what}: the meddler gave nothing back");
 }

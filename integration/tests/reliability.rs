@@ -14,9 +14,8 @@ use tower_limits::error::{KeysFull, LimiterError};
 use tower_limits::limiter::{Admission, Denial, LimiterFuture};
 use tower_limits::store::{MAX_LEASES, MemoryStore, Quota, StoreError, StoreErrorKind};
 use tower_limits::{
-    ConcurrencyLimiter, EvenlySpacedRateLimiter, Failover, FixedWindowLimiter, KeyedLimiter,
-    LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, LimiterExt, OutagePolicy, Permit, Rate,
-    RateLimiter,
+    ConcurrencyLimiter, EvenlySpacedRateLimiter, Failover, KeyedLimiter, LeakyBucketLimiter,
+    LeasedConcurrencyLimiter, Limiter, LimiterExt, OutagePolicy, Permit, Rate, RateLimiter,
 };
 
 use common::{ms, secs};
@@ -41,7 +40,7 @@ fn denied(admission: Admission) -> Denial {
 /// over the newer count (it used to: 40 grants in one window).
 #[test]
 fn fixed_window_holds_its_limit_under_parallel_callers() {
-    let limiter = FixedWindowLimiter::new(20, ms(1)).unwrap();
+    let limiter = RateLimiter::in_memory(Quota::fixed_window(20, ms(1)).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = (0..4)
         .map(|_| {

@@ -3,6 +3,11 @@
 //! costs, refunds, pauses, precision at high rates, and 1,000 concurrent
 //! callers on a multi-thread runtime.
 //!
+//! The windows are `RateLimiter`s on a `MemoryStore`, whose windows fall on
+//! multiples of the window in Unix time: a test that asserts instants of a
+//! window first moves paused time to a window start
+//! ([`to_window_start`](common::to_window_start)) and counts from there.
+//!
 //! Everything but the stress tests runs on paused tokio time.
 
 mod common;
@@ -13,16 +18,14 @@ use std::time::Duration;
 
 use common::precision::{admissions_within, assert_within_a_thousandth};
 use common::stress::{CALLERS, assert_at_most_per_window, paced_bound, spans_of_callers};
-use common::{ms, paused_runtime};
+use common::{ms, next_window_start, paused_runtime, to_window_start};
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tower_limits::error::{BucketFull, CostTooHigh, LimiterError};
 use tower_limits::limiter::{Admission, Denial};
-use tower_limits::{
-    FixedWindowLimiter, LeakyBucketLimiter, LimitLayer, Limiter, LimiterExt, Permit,
-    SlidingWindowCounterLimiter,
-};
+use tower_limits::store::Quota;
+use tower_limits::{LeakyBucketLimiter, LimitLayer, Limiter, LimiterExt, Permit, RateLimiter};
 
 // ---------------------------------------------------------------- helpers
 
@@ -55,6 +58,23 @@ fn cause<E: std::error::Error + Copy + 'static>(error: &LimiterError) -> E {
         .get_ref()
         .downcast_ref::<E>()
         .expect("the expected error")
+}
+
+/// A fixed window of `max` per `window`, in a memory store of its own.
+fn fixed_window(max: u32, window: Duration) -> RateLimiter {
+    RateLimiter::in_memory(Quota::fixed_window(max, window).unwrap())
+}
+
+/// A sliding window counter of `max` per `window`, in a memory store of
+/// its own.
+fn sliding_window_counter(max: u32, window: Duration) -> RateLimiter {
+    RateLimiter::in_memory(Quota::sliding_window_counter(max, window).unwrap())
+}
+
+/// How many units `limiter` would grant now.
+async fn remaining(limiter: &impl Limiter) -> u64 {
+    let status = limiter.quota_status().await.unwrap();
+    status.expect("a window quota").remaining()
 }
 
 async fn overflow(bucket: &LeakyBucketLimiter, cost: u32) -> BucketFull {
@@ -283,8 +303,8 @@ async fn leaky_bucket_matches_its_rate_at_10_000_and_100_000_per_second() {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_admits_twice_its_limit_across_a_boundary() {
-    let limiter = FixedWindowLimiter::new(100, Duration::from_secs(1)).unwrap();
-    let start = Instant::now();
+    let limiter = fixed_window(100, Duration::from_secs(1));
+    let start = to_window_start(&limiter).await;
     advance(ms(999)).await;
     let mut admitted = 0;
     while is_granted(&limiter.try_acquire().await.unwrap()) {
@@ -302,8 +322,8 @@ async fn fixed_window_admits_twice_its_limit_across_a_boundary() {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_denial_names_the_start_of_the_next_window() {
-    let limiter = FixedWindowLimiter::new(3, Duration::from_secs(1)).unwrap();
-    let start = Instant::now();
+    let limiter = fixed_window(3, Duration::from_secs(1));
+    let start = to_window_start(&limiter).await;
     advance(ms(250)).await;
     let _batch = granted(&limiter, 3).await;
     assert_eq!(denied_until(&limiter, 1).await, start + ms(1000));
@@ -311,15 +331,15 @@ async fn fixed_window_denial_names_the_start_of_the_next_window() {
         limiter.next_available_time().await.unwrap(),
         start + ms(1000)
     );
-    assert_eq!(limiter.remaining(), 0);
+    assert_eq!(remaining(&limiter).await, 0);
     advance(ms(750)).await;
-    assert_eq!(limiter.remaining(), 3);
+    assert_eq!(remaining(&limiter).await, 3);
     let _permit = granted(&limiter, 3).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_costs_count_and_a_cost_above_the_limit_fails() {
-    let limiter = FixedWindowLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let limiter = fixed_window(10, Duration::from_secs(1));
     let _eight = granted(&limiter, 8).await;
     assert!(limiter.peek(2).await.unwrap().is_none());
     assert!(limiter.peek(3).await.unwrap().is_some());
@@ -332,22 +352,22 @@ async fn fixed_window_costs_count_and_a_cost_above_the_limit_fails() {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_refund_gives_back_only_while_its_window_lasts() {
-    let limiter = FixedWindowLimiter::new(2, Duration::from_secs(1)).unwrap();
+    let limiter = fixed_window(2, Duration::from_secs(1));
     let unused = granted(&limiter, 2).await;
     limiter.refund(unused);
-    assert_eq!(limiter.remaining(), 2);
+    assert_eq!(remaining(&limiter).await, 2);
 
     let late = granted(&limiter, 2).await;
     advance(Duration::from_secs(1)).await;
     let _next = granted(&limiter, 1).await;
     limiter.refund(late); // its window is over: nothing to give back
-    assert_eq!(limiter.remaining(), 1);
+    assert_eq!(remaining(&limiter).await, 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_pause_holds_and_never_shortens() {
-    let limiter = FixedWindowLimiter::new(5, Duration::from_secs(1)).unwrap();
-    let resume = Instant::now() + ms(2500);
+    let limiter = fixed_window(5, Duration::from_secs(1));
+    let resume = to_window_start(&limiter).await + ms(2500);
     limiter.set_next_available_time(resume).await.unwrap();
     limiter
         .set_next_available_time(Instant::now())
@@ -364,7 +384,8 @@ async fn fixed_window_pause_holds_and_never_shortens() {
 async fn fixed_window_matches_its_rate_at_10_000_and_100_000_per_second() {
     for per_second in [10_000, 100_000] {
         let per_window = per_second / 10;
-        let limiter = FixedWindowLimiter::new(per_window, ms(100)).unwrap();
+        let limiter = fixed_window(per_window, ms(100));
+        to_window_start(&limiter).await;
         let span = Duration::from_secs(1);
         assert_within_a_thousandth(admissions_within(&limiter, span).await, per_second, span);
     }
@@ -373,9 +394,8 @@ async fn fixed_window_matches_its_rate_at_10_000_and_100_000_per_second() {
 #[tokio::test]
 async fn fixed_window_aligned_to_unix_time_resets_on_whole_intervals() {
     let window = ms(250);
-    let limiter = FixedWindowLimiter::new(1, window)
-        .unwrap()
-        .aligned_to_unix_time();
+    // A store's windows are always aligned to Unix time.
+    let limiter = fixed_window(1, window);
     let _permit = limiter.acquire().await.unwrap();
     let reset = limiter.next_available_time().await.unwrap();
     let unix = std::time::SystemTime::now() + reset.saturating_duration_since(Instant::now());
@@ -395,8 +415,8 @@ async fn fixed_window_aligned_to_unix_time_resets_on_whole_intervals() {
 
 #[tokio::test(start_paused = true)]
 async fn sliding_window_counter_holds_back_the_boundary_burst() {
-    let limiter = SlidingWindowCounterLimiter::new(100, Duration::from_secs(1)).unwrap();
-    let start = Instant::now();
+    let limiter = sliding_window_counter(100, Duration::from_secs(1));
+    let start = to_window_start(&limiter).await;
     advance(ms(999)).await;
     let _full = granted(&limiter, 100).await;
     advance(ms(1)).await;
@@ -408,7 +428,8 @@ async fn sliding_window_counter_holds_back_the_boundary_burst() {
 
 #[tokio::test(start_paused = true)]
 async fn sliding_window_counter_denial_instants_are_exact() {
-    let limiter = SlidingWindowCounterLimiter::new(7, ms(300)).unwrap();
+    let limiter = sliding_window_counter(7, ms(300));
+    to_window_start(&limiter).await;
     for (gap, cost) in [(0, 5), (120, 2), (200, 3), (90, 7), (10, 1), (400, 6)] {
         advance(ms(gap)).await;
         match limiter.try_acquire_many(cost).await.unwrap() {
@@ -434,7 +455,8 @@ async fn sliding_window_counter_admits_evenly_spread_traffic_below_the_limit() {
     // Nine calls per window, evenly spaced: the estimate stays within one
     // call of the log's nine, so none is refused.
     let window = Duration::from_secs(1);
-    let limiter = SlidingWindowCounterLimiter::new(10, window).unwrap();
+    let limiter = sliding_window_counter(10, window);
+    to_window_start(&limiter).await;
     advance(ms(50)).await;
     for _ in 0..9 * 10 {
         let _permit = granted(&limiter, 1).await;
@@ -444,7 +466,8 @@ async fn sliding_window_counter_admits_evenly_spread_traffic_below_the_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn sliding_window_counter_costs_refunds_and_pauses() {
-    let limiter = SlidingWindowCounterLimiter::new(10, Duration::from_secs(1)).unwrap();
+    let limiter = sliding_window_counter(10, Duration::from_secs(1));
+    to_window_start(&limiter).await;
     let error = limiter.try_acquire_many(11).await.unwrap_err();
     assert_eq!(cause::<CostTooHigh>(&error), CostTooHigh::new(11, 10));
 
@@ -475,7 +498,8 @@ async fn sliding_window_counter_costs_refunds_and_pauses() {
 async fn sliding_window_counter_matches_its_rate_at_10_000_and_100_000_per_second() {
     for per_second in [10_000, 100_000] {
         let per_window = per_second / 10;
-        let limiter = SlidingWindowCounterLimiter::new(per_window, ms(100)).unwrap();
+        let limiter = sliding_window_counter(per_window, ms(100));
+        to_window_start(&limiter).await;
         let span = Duration::from_secs(1);
         assert_within_a_thousandth(admissions_within(&limiter, span).await, per_second, span);
     }
@@ -483,7 +507,7 @@ async fn sliding_window_counter_matches_its_rate_at_10_000_and_100_000_per_secon
 
 /// What happened to one arrival in the property test.
 struct Arrival {
-    /// Nanoseconds since the limiter's epoch.
+    /// Nanoseconds since the start of the limiter's first window.
     at: u64,
     cost: u32,
     granted: bool,
@@ -493,8 +517,8 @@ struct Arrival {
 /// paused time.
 fn replay(max: u32, window: Duration, arrivals: &[(u64, u32)]) -> Vec<Arrival> {
     paused_runtime().block_on(async {
-        let limiter = SlidingWindowCounterLimiter::new(max, window).unwrap();
-        let epoch = Instant::now();
+        let limiter = sliding_window_counter(max, window);
+        let epoch = to_window_start(&limiter).await;
         let mut log = Vec::new();
         for &(gap, cost) in arrivals {
             advance(ms(gap)).await;
@@ -578,17 +602,23 @@ async fn leaky_bucket_holds_its_spacing_for_1000_concurrent_callers() {
 async fn fixed_window_holds_its_limit_per_window_for_1000_concurrent_callers() {
     const MAX: u32 = 100;
     let window = ms(100);
-    let earliest_epoch = Instant::now();
-    let limiter = FixedWindowLimiter::new(MAX, window).unwrap();
-    let latest_epoch = Instant::now();
+    let limiter = fixed_window(MAX, window);
+    // The store's windows fall on multiples of the window in Unix time. A
+    // probe names the next boundary as an instant of the system's clock,
+    // converted from the limiter's clock: later than the true one by at
+    // most the time the probe took. The window before it is the first.
+    let probe_start = Instant::now();
+    let boundary = next_window_start(&limiter).await;
+    let latest_start = boundary - window;
+    let earliest_start = latest_start - probe_start.elapsed();
     let spans = spans_of_callers(limiter).await;
 
-    // Grants whose span lies inside one window (whatever the exact epoch
-    // between the two readings) count against it.
+    // Grants whose span lies inside one window (wherever the first window
+    // starts between the two bounds) count against it.
     let mut per_window = std::collections::BTreeMap::new();
     for span in &spans {
-        let index = (span.before - latest_epoch).as_nanos() / window.as_nanos();
-        let end = earliest_epoch + window * (u32::try_from(index).unwrap() + 1);
+        let index = (span.before - latest_start).as_nanos() / window.as_nanos();
+        let end = earliest_start + window * (u32::try_from(index).unwrap() + 1);
         if span.after < end {
             *per_window.entry(index).or_insert(0) += 1;
         }
@@ -608,7 +638,7 @@ async fn fixed_window_holds_its_limit_per_window_for_1000_concurrent_callers() {
 async fn sliding_window_counter_holds_its_bound_for_1000_concurrent_callers() {
     const MAX: u32 = 100;
     let window = ms(100);
-    let limiter = SlidingWindowCounterLimiter::new(MAX, window).unwrap();
+    let limiter = sliding_window_counter(MAX, window);
     let spans = spans_of_callers(limiter).await;
     // The documented bound: fewer than twice the limit in any window.
     assert_at_most_per_window(&spans, 2 * MAX as usize - 1, window, MAX as usize / 2);
@@ -621,12 +651,8 @@ async fn sliding_window_counter_holds_its_bound_for_1000_concurrent_callers() {
 #[tokio::test(start_paused = true)]
 async fn a_permit_from_before_clear_gives_nothing_back() {
     let hour = Duration::from_secs(3_600);
-    clear_then_refund("fixed", FixedWindowLimiter::new(4, hour).unwrap()).await;
-    clear_then_refund(
-        "counter",
-        SlidingWindowCounterLimiter::new(4, hour).unwrap(),
-    )
-    .await;
+    clear_then_refund("fixed", fixed_window(4, hour)).await;
+    clear_then_refund("counter", sliding_window_counter(4, hour)).await;
 }
 
 async fn clear_then_refund(what: &str, limiter: impl Limiter) {

@@ -1,6 +1,6 @@
-//! The fixed window counter behind
-//! [`FixedWindowLimiter`](crate::FixedWindowLimiter) and the stores' fixed
-//! window quotas: one count for the current window, reset at each boundary.
+//! The fixed window counter of
+//! [`Quota::fixed_window`](crate::store::Quota::fixed_window), in every
+//! store: one count for the current window, reset at each boundary.
 
 use super::windows::Windows;
 

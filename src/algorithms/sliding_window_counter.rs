@@ -1,6 +1,6 @@
-//! The sliding window counter behind
-//! [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter) and
-//! the stores' sliding window quotas: the counts of the current and the
+//! The sliding window counter of
+//! [`Quota::sliding_window_counter`](crate::store::Quota::sliding_window_counter),
+//! in every store: the counts of the current and the
 //! previous fixed window, the previous one weighted by how much of it the
 //! rolling window still covers.
 

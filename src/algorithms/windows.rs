@@ -1,21 +1,20 @@
-//! What the window limiters ([`FixedWindowLimiter`](crate::FixedWindowLimiter)
-//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter))
-//! share, and the stores' window quotas with them: the validated limit, the
-//! window length and the arithmetic of aligned windows.
+//! What the window quotas ([`Quota::fixed_window`](crate::store::Quota::fixed_window)
+//! and [`Quota::sliding_window_counter`](crate::store::Quota::sliding_window_counter))
+//! share in every store: the validated limit, the window length and the
+//! arithmetic of windows aligned to Unix time.
 //!
 //! Window `k` covers the nanoseconds `[k·W − phase, (k + 1)·W − phase)` of
-//! the clock (counted from its epoch). With a phase of 0 the windows are
-//! aligned to the clock's epoch; [`Windows::aligned_to_unix_time`] picks the
-//! phase that puts every boundary on a multiple of `W` since the Unix epoch.
+//! the store's time. The Redis, PostgreSQL and SQLite stores count time
+//! from the Unix epoch (a phase of 0); a memory store counts it from its
+//! clock's epoch, and [`Windows::placed`] picks the phase that puts every
+//! boundary on a multiple of `W` since the Unix epoch there too.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use crate::clock::{Clock, duration_nanos};
-use crate::error::{ConfigError, CostTooHigh, LimiterError};
-use crate::quota_status::search;
-use crate::rate::Rate;
+use crate::clock::duration_nanos;
+use crate::error::ConfigError;
 
-/// Checks the `max_executions` per `window` shared by the window limiters.
+/// Checks the `max_executions` per `window` of a window quota.
 pub(crate) fn validate(max_executions: u32, window: Duration) -> Result<(), ConfigError> {
     if max_executions == 0 {
         return Err(ConfigError::new(
@@ -34,74 +33,49 @@ pub(crate) fn validate(max_executions: u32, window: Duration) -> Result<(), Conf
     Ok(())
 }
 
-/// A validated window configuration.
+/// A validated window configuration, placed on a store's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Windows {
     /// The most a window admits.
     max: u32,
     /// `W`, in nanoseconds; at least 1.
     length: u64,
-    /// Whether boundaries fall on multiples of `W` in Unix time.
-    unix_aligned: bool,
-    /// How far the clock's epoch lies into its window, in `[0, W)`.
+    /// How far the store's origin lies into its window, in `[0, W)`.
     phase: u64,
 }
 
 impl Windows {
-    /// `max_executions` per `window`, aligned to the clock's epoch.
-    pub(crate) fn new(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
-        validate(max_executions, window)?;
-        Ok(Self {
-            max: max_executions,
-            length: duration_nanos(window),
-            unix_aligned: false,
-            phase: 0,
-        })
-    }
-
     /// A store's windows: `max_executions` per `window` (validated when its
-    /// quota was built; a zero window counts as 1 ns), aligned to the
-    /// origin of the store's times, the Unix epoch.
+    /// quota was built; a zero window counts as 1 ns), on times counted from
+    /// the Unix epoch.
     pub(crate) fn validated(max_executions: u32, window: Duration) -> Self {
         Self {
             max: max_executions,
             length: duration_nanos(window).max(1),
-            unix_aligned: true,
             phase: 0,
         }
     }
 
-    /// `rate.count()` per `rate.per()`.
-    pub(crate) fn from_rate(rate: Rate) -> Result<Self, ConfigError> {
-        Self::new(rate.count(), rate.per())
-    }
-
-    /// The same windows for `clock`: a Unix alignment is computed afresh
-    /// for its epoch.
-    pub(crate) fn for_clock(self, clock: &Clock) -> Self {
-        if !self.unix_aligned {
-            return self;
-        }
-        // The Unix time of the clock's epoch: read both clocks once.
-        let since_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(duration_nanos)
-            .unwrap_or(0);
-        let epoch_unix = since_unix.saturating_sub(clock.now_nanos());
+    /// These windows on times counted from an origin `unix_epoch`
+    /// nanoseconds after the Unix epoch (a memory store's clock's epoch),
+    /// their boundaries still on multiples of the window in Unix time.
+    pub(crate) fn placed(self, unix_epoch: u64) -> Self {
         Self {
-            phase: epoch_unix % self.length,
+            phase: unix_epoch % self.length,
             ..self
         }
     }
 
-    /// The same windows with boundaries on multiples of `W` in Unix time,
-    /// for `clock`.
-    pub(crate) fn aligned_to_unix_time(self, clock: &Clock) -> Self {
-        Self {
-            unix_aligned: true,
-            ..self
-        }
-        .for_clock(clock)
+    /// Windows whose limit, length and phase were read back from where
+    /// they were kept.
+    #[inline]
+    pub(crate) fn placed_at(max: u32, length: u64, phase: u64) -> Self {
+        Self { max, length, phase }
+    }
+
+    /// How far the store's origin lies into its window.
+    pub(crate) fn phase(&self) -> u64 {
+        self.phase
     }
 
     pub(crate) fn max(&self) -> u32 {
@@ -114,31 +88,6 @@ impl Windows {
 
     pub(crate) fn window(&self) -> Duration {
         Duration::from_nanos(self.length)
-    }
-
-    pub(crate) fn is_unix_aligned(&self) -> bool {
-        self.unix_aligned
-    }
-
-    /// `Ok` if `cost` fits in one window; else [`CostTooHigh`].
-    #[inline]
-    pub(crate) fn check(&self, cost: u32) -> Result<(), LimiterError> {
-        CostTooHigh::check(cost, self.max)
-    }
-
-    /// What `blocked(cost)` (when `cost` units could start, if not at
-    /// `now`) says of the limit: how many units could start now, and how
-    /// long until more could.
-    pub(crate) fn status(
-        &self,
-        now: u64,
-        blocked: impl Fn(u32) -> Option<u64>,
-    ) -> (u32, Option<Duration>) {
-        let (remaining, at) = search(self.max, blocked);
-        (
-            remaining,
-            at.map(|at| Duration::from_nanos(at.saturating_sub(now))),
-        )
     }
 
     /// The index of the window holding `nanos`.
@@ -179,7 +128,7 @@ mod tests {
 
     #[test]
     fn windows_tile_the_clock() {
-        let windows = Windows::new(3, Duration::from_nanos(10)).unwrap();
+        let windows = Windows::validated(3, Duration::from_nanos(10));
         assert_eq!(windows.index(0), 0);
         assert_eq!(windows.index(9), 0);
         assert_eq!(windows.index(10), 1);
@@ -188,10 +137,10 @@ mod tests {
 
     #[test]
     fn a_phase_moves_the_boundaries_earlier() {
-        let windows = Windows {
-            phase: 3,
-            ..Windows::new(3, Duration::from_nanos(10)).unwrap()
-        };
+        // An origin 17 ns after the Unix epoch lies 7 ns into its window.
+        let windows = Windows::validated(3, Duration::from_nanos(10)).placed(17);
+        assert_eq!(windows.phase(), 7);
+        let windows = Windows::validated(3, Duration::from_nanos(10)).placed(3);
         assert_eq!(windows.index(6), 0);
         assert_eq!(windows.index(7), 1);
         assert_eq!(windows.start(1), 7);

@@ -280,15 +280,16 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// use std::net::IpAddr;
     /// use std::time::Duration;
     /// use tower_limits::http::TooManyRequestsLayer;
-    /// use tower_limits::{FixedWindowLimiter, KeyedLimiter};
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{KeyedLimiter, RateLimiter};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_peer = KeyedLimiter::of(FixedWindowLimiter::new(100, Duration::from_secs(60))?)
-    ///     .build()?;
+    /// let per_minute = Quota::fixed_window(100, Duration::from_secs(60))?;
+    /// let per_peer = KeyedLimiter::of(RateLimiter::in_memory(per_minute)).build()?;
     /// // Sends `RateLimit-Policy: "default";q=100;w=60`.
     /// let layer = TooManyRequestsLayer::new(per_peer).advertise("default")?;
     /// # let _ = layer;
-    /// let other = KeyedLimiter::of(FixedWindowLimiter::new(1, Duration::from_secs(1))?).build()?;
+    /// let other = KeyedLimiter::of(RateLimiter::in_memory(per_minute)).build()?;
     /// assert!(TooManyRequestsLayer::new(other).advertise("défaut").is_err());
     /// # Ok(())
     /// # }

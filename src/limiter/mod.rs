@@ -272,15 +272,18 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_limits::{ConcurrencyLimiter, FixedWindowLimiter, Limiter, LimiterExt};
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{ConcurrencyLimiter, Limiter, LimiterExt, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindowLimiter::new(10, Duration::from_secs(60))?;
+    /// let minute = Duration::from_secs(60);
+    /// let limiter = RateLimiter::in_memory(Quota::fixed_window(10, minute)?);
     /// drop(limiter.acquire_many(4).await?);
     /// let status = limiter.quota_status().await?.expect("a windowed quota");
     /// assert_eq!((status.limit(), status.remaining()), (10, 6));
-    /// assert_eq!(status.refill_in(), Some(Duration::from_secs(60))); // the next window
+    /// // The next window, on a whole minute of Unix time.
+    /// assert!(status.refill_in().is_some_and(|wait| wait <= minute));
     ///
     /// assert_eq!(ConcurrencyLimiter::new(4)?.quota_status().await?, None);
     /// # Ok(())
@@ -700,15 +703,16 @@ pub trait LimiterExt: Limiter {
     /// ```
     /// use std::time::Duration;
     /// use tokio::time::Instant;
-    /// use tower_limits::{FixedWindowLimiter, LimiterExt};
+    /// use tower_limits::store::Quota;
+    /// use tower_limits::{LimiterExt, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindowLimiter::new(2, Duration::from_secs(10))?;
+    /// let limiter = RateLimiter::in_memory(Quota::gcra(1, Duration::from_secs(5))?.with_burst(2)?);
     /// drop(limiter.acquire_many(2).await?);
     /// let stats = limiter.stats().await?;
-    /// assert_eq!(stats.next_available, Instant::now() + Duration::from_secs(10));
-    /// assert_eq!(stats.in_flight, None); // a window does not count running calls
+    /// assert_eq!(stats.next_available, Instant::now() + Duration::from_secs(5));
+    /// assert_eq!(stats.in_flight, None); // a rate does not count running calls
     /// assert_eq!(stats.quota.map(|quota| quota.remaining()), Some(0));
     /// # Ok(())
     /// # }

@@ -40,8 +40,7 @@ pub use stored::{
     RateLimiterBuilder,
 };
 pub use strategies::{
-    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, FixedWindowLimiter,
-    LeakyBucketLimiter, NullLimiter, SlidingWindowCounterLimiter,
+    ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, LeakyBucketLimiter, NullLimiter,
 };
 
 /// The pacing tolerance on each pacer, on paused time: a late start keeps

@@ -35,9 +35,12 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     clock: Clock,
+    /// Unix time at the clock's epoch, in nanoseconds, read once: every
+    /// window quota of the store has its boundaries on multiples of its
+    /// window in Unix time, placed from here.
+    unix_epoch: u64,
     quotas: Mutex<HashMap<String, super::memory_quota::MemoryQuotaKey>>,
     leases: Mutex<HashMap<String, super::memory_lease::MemoryLeaseKey>>,
     curves: Mutex<HashMap<String, super::memory_curve::MemoryCurveKey>>,
@@ -87,16 +90,18 @@ impl MemoryStore {
     /// ```
     pub fn with_clock(self, clock: Clock) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                clock,
-                ..Inner::default()
-            }),
+            inner: Arc::new(Inner::new(clock)),
         }
     }
 
     /// The clock every state of this store reads.
     pub(crate) fn clock(&self) -> &Clock {
         &self.inner.clock
+    }
+
+    /// Unix time at the clock's epoch, in nanoseconds.
+    pub(crate) fn unix_epoch(&self) -> u64 {
+        self.inner.unix_epoch
     }
 
     /// The quota state called `name`, made on first use.
@@ -112,6 +117,24 @@ impl MemoryStore {
     /// The shared curve called `name`, made on first use.
     pub(super) fn curve_state(&self, name: &str) -> super::memory_curve::MemoryCurveKey {
         named(&self.inner.curves, name)
+    }
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self::new(Clock::default())
+    }
+}
+
+impl Inner {
+    fn new(clock: Clock) -> Self {
+        Self {
+            unix_epoch: clock.unix_epoch(),
+            clock,
+            quotas: Mutex::default(),
+            leases: Mutex::default(),
+            curves: Mutex::default(),
+        }
     }
 }
 

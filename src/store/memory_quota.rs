@@ -1,10 +1,9 @@
 //! [`QuotaStore`] for [`MemoryStore`]: each named quota is a
-//! `QuotaState` behind a lock, decided by the same rules as
-//! GCRA (`src/algorithms/gcra.rs`),
-//! [`FixedWindowLimiter`](crate::FixedWindowLimiter) (aligned to Unix time)
-//! and [`SlidingWindowCounterLimiter`](crate::SlidingWindowCounterLimiter),
-//! and as SQLite decides on its rows. A GCRA or token bucket quota whose
-//! line has no gap is decided without the lock (see `memory_cells.rs`).
+//! `QuotaState` behind a lock, decided by the rules of
+//! `src/algorithms` as SQLite decides on its rows. A quota whose state fits
+//! one word (GCRA and the token bucket with no gap in their line, the
+//! windows with small counts) is decided without the lock (see
+//! `memory_open_line.rs`).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,7 +12,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
-use super::memory_cells::OpenLine;
+use super::memory_open_line::OpenLine;
 use super::quota_state::QuotaState;
 use super::{MemoryStore, Quota, QuotaStore, WindowDecision};
 use crate::algorithms::windows::Windows;
@@ -82,7 +81,7 @@ impl MemoryStore {
             .close(slot.as_mut().map(|current| &mut current.state));
         // Read under the lock, so decisions are made in time order.
         let now = self.clock().now_nanos();
-        let windows = |windows: Windows| windows.for_clock(self.clock());
+        let windows = |windows: Windows| windows.placed(self.unix_epoch());
         let slot = match &mut *slot {
             Some(current) if current.quota == *quota => current,
             current => {

@@ -121,9 +121,9 @@ mod error;
 pub(crate) mod late;
 mod lease;
 mod memory;
-mod memory_cells;
 mod memory_curve;
 mod memory_lease;
+mod memory_open_line;
 mod memory_quota;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -126,17 +126,63 @@ impl Quota {
         )?))
     }
 
-    /// At most `max_executions` per calendar window of `window`, windows
-    /// aligned to Unix time (twice the limit can pass around a boundary). As
-    /// [`FixedWindowLimiter::new`](crate::FixedWindowLimiter::new).
+    /// At most `max_executions` starts per fixed window of `window`: one
+    /// counter that resets at every window boundary (the `INCR` + `EXPIRE`
+    /// limiter).
+    ///
+    /// Windows are calendar intervals, `[k·window, (k + 1)·window)` in Unix
+    /// time, in every store, so a per-minute limit resets at the top of
+    /// every minute, as an upstream counting calendar minutes does. A denied
+    /// call may retry at the start of the next window, and the denial says
+    /// exactly that. In memory the state is one word (the window's index
+    /// above its count) and a decision one compare-and-swap.
+    ///
+    /// A [refund](crate::Limiter::refund) gives a permit's units back while
+    /// its window lasts; once the window has ended they are gone with it. A
+    /// higher [settled](crate::Limiter::settle) cost is always charged: to
+    /// the permit's window, or to the current one once that has ended.
+    ///
+    /// # When to pick it
+    ///
+    /// * A coarse, cheap quota that matches how an upstream counts: "1,000
+    ///   per calendar minute", reset at the top of the minute.
+    /// * Not when bursts matter: it **admits up to twice the limit across a
+    ///   boundary**. `max_executions` calls at the very end of one window
+    ///   and `max_executions` more at the very start of the next all pass
+    ///   (1,000 at 11:00:59 and 1,000 at 11:01:00). Prefer
+    ///   [`sliding_window_counter`](Quota::sliding_window_counter) (same
+    ///   cost, bounded boundary error), [`gcra`](Quota::gcra) or
+    ///   [`sliding_log`](Quota::sliding_log) (exact) when any rolling window
+    ///   must hold the limit.
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::limiter::Admission;
     /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let quota = Quota::fixed_window(100, Duration::from_secs(60))?;
-    /// assert_eq!(quota.capacity(), 100);
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let quota = Quota::fixed_window(3, Duration::from_secs(1))?;
+    /// assert_eq!(quota.capacity(), 3);
+    /// let limiter = RateLimiter::in_memory(quota);
+    /// for _ in 0..3 {
+    ///     assert!(matches!(limiter.try_acquire().await?, Admission::Granted(_)));
+    /// }
+    /// // Full until the next window, on a whole second of Unix time...
+    /// let Admission::Denied(denial) = limiter.try_acquire().await? else { unreachable!() };
+    /// let boundary = denial.retry_at().expect("the next window");
+    /// assert!(boundary <= Instant::now() + Duration::from_secs(1));
+    ///
+    /// // ...where three more pass at once: the boundary burst.
+    /// tokio::time::advance(boundary - Instant::now()).await;
+    /// for _ in 0..3 {
+    ///     assert!(matches!(limiter.try_acquire().await?, Admission::Granted(_)));
+    /// }
+    ///
+    /// assert_eq!(Quota::fixed_window(0, Duration::from_secs(1)).unwrap_err().field(), "max_executions");
+    /// assert_eq!(Quota::fixed_window(1, Duration::ZERO).unwrap_err().field(), "window");
     /// # Ok(())
     /// # }
     /// ```
@@ -150,16 +196,97 @@ impl Quota {
         })
     }
 
-    /// At most about `max_executions` per sliding `window`, estimated from
-    /// two window counters. As [`SlidingWindowCounterLimiter::new`](crate::SlidingWindowCounterLimiter::new).
+    /// About `max_executions` starts per rolling `window`, in O(1) memory:
+    /// the sliding window counter of Cloudflare and of most Redis limiters.
+    ///
+    /// It keeps two counts, for the current fixed window and the one before
+    /// it (windows aligned to Unix time, as for
+    /// [`fixed_window`](Quota::fixed_window)), and estimates the starts in
+    /// the rolling window that ends now by assuming the previous window's
+    /// starts were spread evenly over it:
+    ///
+    /// ```text
+    /// estimate = previous × (1 − f) + current      f = how far into the current window now is, in [0, 1)
+    /// ```
+    ///
+    /// A call costing `c` is admitted iff `estimate + c ≤ max_executions`.
+    /// The estimate never rises as time passes, so a denial names the exact
+    /// instant the call would be admitted (the weight of the previous window
+    /// has fallen enough, or a new window has begun), computed in integers
+    /// with no rounding. In memory the state is one word (the window's index
+    /// above the two counts) and a decision one compare-and-swap, while the
+    /// index fits beside the counts: the smaller the limit, the more bits
+    /// are left (a limit of 1,000 leaves 43, enough for millisecond windows
+    /// for 278 years); past that, decisions take the key's lock.
+    ///
+    /// # Error bound against the exact sliding log
+    ///
+    /// Let `P` be the previous window's count, `p ≤ P` the part of it that
+    /// lies in the rolling window `(now − window, now]`, and `L = p +
+    /// current` the count an exact sliding log ([`sliding_log`](Quota::sliding_log))
+    /// would see. Then `estimate − L = P × (1 − f) − p`, so
+    ///
+    /// * **under-count** (admitting what the log would refuse): at most
+    ///   `P × f`, when the previous window's starts were bunched at its end.
+    ///   At every admission `estimate ≤ max`, and the count of a rolling
+    ///   window only grows at admissions, so **every interval of length
+    ///   `window` holds at most `max + ⌊P × f⌋` units**, `f` and `P` taken
+    ///   at the interval's last admission. As only admitted calls count
+    ///   (`P ≤ max`), that is **less than `2 × max_executions`**. It
+    ///   approaches `2 × max` only when about `max` starts bunch at the very
+    ///   end of one window (which needs the window before it to have been
+    ///   nearly empty) and about `max` more come late in the next.
+    /// * **over-count** (refusing what the log would admit): at most
+    ///   `P × (1 − f)`, when the previous window's starts were bunched at its
+    ///   beginning; a denied call always has `L + c > max − P × (1 − f)`.
+    /// * **evenly spread traffic**: when the previous window's starts were
+    ///   evenly spaced, `p` is `P × (1 − f)` rounded one way or the other,
+    ///   and the estimate is within one call of the log.
+    ///
+    /// [`record_start`](crate::Limiter::record_start) and a higher
+    /// [`settle`](crate::Limiter::settle) may take a window past the limit;
+    /// the bounds then hold with `P` and `current` as counted. A
+    /// [refund](crate::Limiter::refund) gives a permit's units back while
+    /// its window is the current or the previous one (where they still
+    /// weigh); a higher settled cost is charged there, or to the current
+    /// window once the permit's no longer weighs.
+    ///
+    /// # When to pick it
+    ///
+    /// * A rolling limit ("100 per minute, in any minute") with O(1) memory
+    ///   per limit, where occasional admissions slightly past the limit are
+    ///   fine: the usual choice for per-key API limits. Unlike a fixed
+    ///   window, a full window is not followed by a fresh burst at the
+    ///   boundary: the previous window's weight holds it back.
+    /// * Prefer [`sliding_log`](Quota::sliding_log) (an exact log, O(max)
+    ///   memory) or [`gcra`](Quota::gcra) when no rolling window may ever
+    ///   exceed the limit.
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_limits::limiter::Admission;
     /// use tower_limits::store::Quota;
+    /// use tower_limits::{Limiter, RateLimiter};
     ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let quota = Quota::sliding_window_counter(100, Duration::from_secs(60))?;
-    /// assert_eq!(quota.capacity(), 100);
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let quota = Quota::sliding_window_counter(4, Duration::from_secs(1))?;
+    /// assert_eq!(quota.capacity(), 4);
+    /// let limiter = RateLimiter::in_memory(quota);
+    /// drop(limiter.try_acquire_many(4).await?); // fills this window
+    ///
+    /// // In the next window the four weigh 4 × (1 − f): one more call fits
+    /// // once f = 1/4 (4 × 3/4 + 1 ≤ 4), a second once f = 1/2.
+    /// let Admission::Denied(denial) = limiter.try_acquire().await? else { unreachable!() };
+    /// let first = denial.retry_at().expect("a quarter into the next window");
+    /// tokio::time::advance(first - Instant::now()).await;
+    /// drop(limiter.try_acquire().await?);
+    /// let Admission::Denied(denial) = limiter.try_acquire().await? else { unreachable!() };
+    /// assert_eq!(denial.retry_at(), Some(first + Duration::from_millis(250)));
+    ///
+    /// let error = Quota::sliding_window_counter(0, Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(error.field(), "max_executions");
     /// # Ok(())
     /// # }
     /// ```
@@ -442,15 +569,23 @@ impl Quota {
 
     /// The quota [`to_words`](Quota::to_words) wrote.
     pub(crate) fn from_words([kind, a, b, c, d, e]: [u64; 6]) -> Self {
-        let count = |word: u64| u32::try_from(word).unwrap_or(u32::MAX);
-        let (max, window) = (count(a), Duration::from_nanos(b));
+        // Each kind decodes only its own words: a decision reads a GCRA
+        // quota from here on every call.
+        let max = || u32::try_from(a).unwrap_or(u32::MAX);
+        let window = || Duration::from_nanos(b);
         let kind = match kind {
             0 => QuotaKind::Cells(CellConfig::from_words([a, b])),
-            1 => QuotaKind::FixedWindow { max, window },
-            2 => QuotaKind::SlidingWindowCounter { max, window },
+            1 => QuotaKind::FixedWindow {
+                max: max(),
+                window: window(),
+            },
+            2 => QuotaKind::SlidingWindowCounter {
+                max: max(),
+                window: window(),
+            },
             _ => QuotaKind::SlidingLog {
-                max,
-                window,
+                max: max(),
+                window: window(),
                 backoff: (kind == 4).then(|| Backoff {
                     initial: Duration::from_nanos(c),
                     multiplier: f64::from_bits(d),

@@ -13,8 +13,7 @@ use tower_limits::limiter::{Admission, LimiterFuture};
 use tower_limits::store::{MemoryStore, Quota};
 use tower_limits::{
     CompositeLimiter, ConcurrencyLimiter, DelayLimiter, EvenlySpacedRateLimiter, Failover,
-    FixedWindowLimiter, KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter,
-    Permit, RateLimiter, SlidingWindowCounterLimiter,
+    KeyedLimiter, LeakyBucketLimiter, LeasedConcurrencyLimiter, Limiter, Permit, RateLimiter,
 };
 
 use super::stress::{Recorder, assert_at_most_per_window, cell_bound, paced_bound};
@@ -51,7 +50,8 @@ pub(crate) enum Denials {
     /// The same retry instants.
     Exact,
     /// Only whether each attempt was granted: the instants differ (jitter,
-    /// or windows aligned to when the limiter was made).
+    /// or a store's windows, on Unix time as read when the store was made:
+    /// two stores made at one paused instant place them apart).
     GrantsOnly,
 }
 
@@ -224,7 +224,10 @@ pub(crate) const LEAKY_BUCKET: Case = Case::new(
 
 /// Each calendar window at most its limit; a sliding one up to twice that.
 pub(crate) const FIXED_WINDOW: Case = Case::new(
-    || Arc::new(FixedWindowLimiter::new(MAX as u32, SHORT_WINDOW).unwrap()),
+    || {
+        let quota = Quota::fixed_window(MAX as u32, SHORT_WINDOW).unwrap();
+        Arc::new(RateLimiter::in_memory(quota))
+    },
     &[
         Bound::PerWindowIndex(MAX),
         per_window(2 * MAX, SHORT_WINDOW, MAX),
@@ -236,7 +239,10 @@ pub(crate) const FIXED_WINDOW: Case = Case::new(
 /// window can see up to twice that (the last window's calls all late,
 /// weighted as if spread).
 pub(crate) const SLIDING_WINDOW_COUNTER: Case = Case::new(
-    || Arc::new(SlidingWindowCounterLimiter::new(MAX as u32, WINDOW).unwrap()),
+    || {
+        let quota = Quota::sliding_window_counter(MAX as u32, WINDOW).unwrap();
+        Arc::new(RateLimiter::in_memory(quota))
+    },
     &[
         Bound::PerWindowIndex(MAX),
         per_window(2 * MAX, WINDOW, MAX / 2),

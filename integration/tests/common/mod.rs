@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 //!
-//! * here: short durations and a paused current-thread runtime;
+//! * here: short durations, a paused current-thread runtime, and the start
+//!   of a store's window found on paused time ([`to_window_start`]);
 //! * [`cases`]: every limiter as the whole-crate tests build it, with the
 //!   bounds its grants keep;
 //! * [`recorder`]: a recording inner service and the callers that drive a
@@ -45,6 +46,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
+use tokio::time::Instant;
+use tower_limits::limiter::Admission;
+use tower_limits::limiters::FreshLimiter;
+use tower_limits::store::Quota;
+use tower_limits::{Limiter, RateLimiter};
 
 /// Says on stdout that the test `what` did not run, and why. The line goes
 /// past the harness's capture (which hides what a passing test prints), so
@@ -75,4 +81,44 @@ pub(crate) fn paused_runtime() -> Runtime {
         .start_paused(true)
         .build()
         .unwrap()
+}
+
+/// The next start of a window of `limiter` (a fixed window or a sliding
+/// window counter quota), strictly after now.
+///
+/// A store puts its window boundaries on multiples of the window in Unix
+/// time, placed once when the store is made (every key of the store, a
+/// [`fresh`](FreshLimiter::fresh) one included, shares them), so a test
+/// cannot tell from `Instant::now()` where a window starts. A probe finds
+/// out: a fresh key on the same store, under a fixed window of the same
+/// length (a full sliding window counter opens again only once the last
+/// window weighs less, after the boundary), takes the whole capacity; it
+/// can proceed again at the next boundary.
+pub(crate) async fn next_window_start(limiter: &RateLimiter) -> Instant {
+    let quota = limiter.quota();
+    let (capacity, window) = (quota.capacity(), quota.window());
+    let fixed = Quota::fixed_window(capacity, window).unwrap();
+    let counter = Quota::sliding_window_counter(capacity, window).unwrap();
+    assert!(
+        quota == fixed || quota == counter,
+        "not a window quota: {quota:?}"
+    );
+    let probe = limiter.fresh();
+    probe.set_quota(fixed);
+    let answer = probe.try_acquire_many(capacity).await.unwrap();
+    assert!(
+        matches!(answer, Admission::Granted(_)),
+        "a fresh probe takes the whole window"
+    );
+    probe.next_available_time().await.unwrap()
+}
+
+/// Advances tokio's paused clock to the next start of a window of
+/// `limiter` ([`next_window_start`]), and returns it: a test that asserts
+/// exact instants of a window quota counts them from there.
+pub(crate) async fn to_window_start(limiter: &RateLimiter) -> Instant {
+    let start = next_window_start(limiter).await;
+    tokio::time::advance(start.saturating_duration_since(Instant::now())).await;
+    assert_eq!(Instant::now(), start, "paused time is at the window start");
+    start
 }

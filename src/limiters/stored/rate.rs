@@ -50,8 +50,9 @@ use crate::store::{Backoff, MemoryStore, Quota, QuotaKind, QuotaStore, WindowDec
 /// sliding window that admits exactly `max_executions` per window.
 ///
 /// For one process, [`in_memory`](RateLimiter::in_memory) keeps the quota
-/// in a store of its own; [`FixedWindowLimiter`](crate::FixedWindowLimiter) and the other
-/// in-memory limiters decide the same algorithms without a store.
+/// in a store of its own (decided without a lock while a quota's state fits
+/// one word: GCRA and the token bucket with no refund inside their line,
+/// the windows with counts and an index that fit 63 bits).
 ///
 /// ```
 /// use std::time::Duration;

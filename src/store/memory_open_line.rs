@@ -1,0 +1,356 @@
+//! The lock-free path of a [`MemoryStore`](super::MemoryStore)'s quotas:
+//! GCRA and the token bucket while their line of slots has no gap, the
+//! fixed window and the sliding window counter while their counts fit one
+//! word. Their state is then one word, and a decision is the algorithm's
+//! test and one compare-and-swap.
+//!
+//! The quota's state lives in its slot, behind the key's lock. While the
+//! state fits one word, the slot *opens* the line: it copies the
+//! configuration, the pause and the windows' placing into [`OpenLine`]'s
+//! atomics and then the state, with the [`OPEN`] bit, into its word. A
+//! decision that finds the bit set and the quota it was given equal to the
+//! copied configuration decides on the word alone. Any other operation (a
+//! look, a refund, a pause, another quota) takes the lock and *closes* the
+//! line first: clearing the bit fails every compare-and-swap still in
+//! flight, and the state the word held goes back into the slot, which
+//! decides by the same rules and opens the line again if it can.
+//!
+//! GCRA's word is its TAT. With no gap, a grant of the line (the first gap
+//! it fits in, else the end) is a grant at the end, and the time held
+//! ahead of now is the TAT's lead: the test and the slot a grant takes are
+//! GCRA's, so both paths make the same decisions.
+//!
+//! A window's word holds its counts (in as many bits as the limit needs)
+//! and, above them, the absolute index of their window, so a word means the
+//! same whenever it is read; a state whose index or counts do not fit (a
+//! limit of 2^31 or more for a sliding window counter, or windows so short
+//! that their index outgrows its bits) is decided under the lock. A caller that read the clock before another counted in a later
+//! window decides in that later window, as the in-memory fixed window
+//! did: writing an older window back would erase the newer one's count.
+//!
+//! A decision that read the word before a close and swaps after a reopen
+//! that left the same word (a look, a pause, a new rate) is made at its own
+//! reading of the clock, under the configuration and pause it read, as a
+//! decision racing with the change would be under the lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::quota::{Quota, QuotaKind};
+use super::quota_state::QuotaState;
+use crate::algorithms::fixed_window;
+use crate::algorithms::gcra::{CellConfig, judge};
+use crate::algorithms::sliding_window_counter::Counts;
+use crate::algorithms::windows::Windows;
+use crate::clock::{Clock, duration_nanos};
+
+/// The bit of [`OpenLine::word`] that says the line is open; the other 63
+/// hold the state.
+const OPEN: u64 = 1 << 63;
+
+/// The tags of a window quota's configuration word, beside its limit
+/// (a GCRA burst word never has them).
+const FIXED_WINDOW: u64 = 1 << 62;
+const SLIDING_WINDOW_COUNTER: u64 = 1 << 61;
+
+/// The atomics of an open line. Only the lock's holder writes them; the
+/// configuration, pause and placing before the word that opens the line.
+#[derive(Debug, Default)]
+pub(super) struct OpenLine {
+    /// [`OPEN`] and the state, or 0 (or a state without the bit) while
+    /// closed.
+    word: AtomicU64,
+    /// The open line's configuration: GCRA's `T` in nanoseconds and `B`
+    /// ([`CellConfig::words`]), or a window's length in nanoseconds and its
+    /// limit, tagged with its kind.
+    config: [AtomicU64; 2],
+    /// Nothing starts before this.
+    not_before: AtomicU64,
+    /// A window quota's phase ([`Windows`]).
+    phase: AtomicU64,
+}
+
+/// How a window quota's word holds its state: its window's index above
+/// its counts (one for a fixed window; the current and the previous window's
+/// for a sliding window counter), each count in as many bits as the limit
+/// needs. The index is absolute, so a word means the same whenever it is
+/// read; a state whose index or counts do not fit is decided under the
+/// lock.
+#[derive(Clone, Copy)]
+struct Packing {
+    /// Bits per count.
+    bits: u32,
+    /// Counts in the word: 1 or 2.
+    counts: u32,
+}
+
+impl Packing {
+    #[inline]
+    fn new(max: u32, counts: u32) -> Self {
+        Self {
+            bits: u32::BITS - max.leading_zeros(),
+            counts,
+        }
+    }
+
+    #[inline]
+    fn count_mask(self) -> u64 {
+        (1 << self.bits) - 1
+    }
+
+    /// Packs the index and the counts (the current window's first), if
+    /// they fit.
+    #[inline]
+    fn pack(self, index: u64, counts: [u64; 2]) -> Option<u64> {
+        let shift = self.bits * self.counts;
+        let fits = index < OPEN.checked_shr(shift).unwrap_or(0)
+            && counts[..self.counts as usize]
+                .iter()
+                .all(|&count| count <= self.count_mask());
+        fits.then(|| index << shift | counts[1] << self.bits | counts[0])
+    }
+
+    #[inline]
+    fn unpack(self, word: u64) -> (u64, [u64; 2]) {
+        let word = word & !OPEN;
+        let current = word & self.count_mask();
+        let previous = if self.counts == 2 {
+            word >> self.bits & self.count_mask()
+        } else {
+            0
+        };
+        let index = word.checked_shr(self.bits * self.counts).unwrap_or(0);
+        (index, [current, previous])
+    }
+}
+
+/// The configuration words of a window quota of `max` per `window`,
+/// tagged `tag`.
+#[inline]
+fn window_words(tag: u64, max: u32, window: std::time::Duration) -> [u64; 2] {
+    [duration_nanos(window).max(1), u64::from(max) | tag]
+}
+
+impl OpenLine {
+    /// Decides `cost` under `quota` now on the open line: the grant's
+    /// ticket (GCRA's slot end, a window's index), or when `cost` could be
+    /// taken. `None` if the line is closed or open for another
+    /// configuration, or the word cannot hold the outcome: the caller
+    /// decides under the lock.
+    #[inline]
+    pub(super) fn decide(
+        &self,
+        quota: &Quota,
+        clock: &Clock,
+        cost: u32,
+    ) -> Option<Result<u64, u64>> {
+        match quota.kind() {
+            QuotaKind::Cells(config) => self.decide_cells(config, clock, cost),
+            QuotaKind::FixedWindow { max, window } => {
+                let words = window_words(FIXED_WINDOW, max, window);
+                self.decide_window(words, clock, cost, Self::fixed_window)
+            }
+            QuotaKind::SlidingWindowCounter { max, window } => {
+                let words = window_words(SLIDING_WINDOW_COUNTER, max, window);
+                self.decide_window(words, clock, cost, Self::sliding_window_counter)
+            }
+            QuotaKind::SlidingLog { .. } => None,
+        }
+    }
+
+    /// The configuration words, if the line is open: `word` holds the word
+    /// read, `SeqCst` as `ReleaseEvent` requires of the second look.
+    #[inline]
+    fn open_config(&self, word: &mut u64) -> Option<[u64; 2]> {
+        *word = self.word.load(Ordering::SeqCst);
+        (*word & OPEN != 0).then(|| self.config.each_ref().map(|w| w.load(Ordering::Acquire)))
+    }
+
+    #[inline]
+    fn decide_cells(
+        &self,
+        config: CellConfig,
+        clock: &Clock,
+        cost: u32,
+    ) -> Option<Result<u64, u64>> {
+        let mut word = 0;
+        if self.open_config(&mut word)? != config.words() {
+            return None;
+        }
+        let not_before = self.not_before.load(Ordering::Acquire);
+        let now = clock.now_nanos();
+        loop {
+            let tat = word & !OPEN;
+            let next = match judge(config, now, not_before, tat, cost) {
+                // A grant of nothing takes no slot (and moves no TAT).
+                Ok(_) if cost == 0 => return Some(Ok(tat.max(now))),
+                Ok(next) if next < OPEN => next,
+                Ok(_) => return None,
+                Err(at) => return Some(Err(at)),
+            };
+            match self.swap(word, next) {
+                Ok(()) => return Some(Ok(next)),
+                Err(current) => word = current?,
+            }
+        }
+    }
+
+    /// Decides on a window quota's word with `step`, which answers the
+    /// grant's window and the word after it, or when `cost` could be taken,
+    /// or `None` if the word cannot hold the outcome.
+    #[inline]
+    fn decide_window(
+        &self,
+        words: [u64; 2],
+        clock: &Clock,
+        cost: u32,
+        step: impl Fn(&Windows, u64, u64, u64, u32) -> Option<Result<(u64, u64), u64>>,
+    ) -> Option<Result<u64, u64>> {
+        let mut word = 0;
+        if self.open_config(&mut word)? != words {
+            return None;
+        }
+        let not_before = self.not_before.load(Ordering::Acquire);
+        let phase = self.phase.load(Ordering::Acquire);
+        let windows = Windows::placed_at(words[1] as u32, words[0], phase);
+        let now = clock.now_nanos();
+        loop {
+            let (index, next) = match step(&windows, word, now, not_before, cost)? {
+                Ok(granted) => granted,
+                Err(at) => return Some(Err(at)),
+            };
+            match self.swap(word, next) {
+                Ok(()) => return Some(Ok(index)),
+                Err(current) => word = current?,
+            }
+        }
+    }
+
+    /// One fixed window step: counts `cost` in the newest window anyone
+    /// has counted in, or the window of `now`.
+    #[inline]
+    fn fixed_window(
+        windows: &Windows,
+        word: u64,
+        now: u64,
+        not_before: u64,
+        cost: u32,
+    ) -> Option<Result<(u64, u64), u64>> {
+        let packing = Packing::new(windows.max(), 1);
+        let (counted_in, [counted, _]) = packing.unpack(word);
+        let now = now.max(windows.start(counted_in));
+        let count_in = |index| if index == counted_in { counted } else { 0 };
+        if let Some(at) = fixed_window::blocked_until(windows, now, not_before, cost, count_in) {
+            return Some(Err(at));
+        }
+        let index = windows.index(now);
+        let next = packing.pack(index, [count_in(index) + u64::from(cost), 0])?;
+        Some(Ok((index, next)))
+    }
+
+    /// One sliding window counter step, in the newest window anyone has
+    /// counted in, or the window of `now`.
+    #[inline]
+    fn sliding_window_counter(
+        windows: &Windows,
+        word: u64,
+        now: u64,
+        not_before: u64,
+        cost: u32,
+    ) -> Option<Result<(u64, u64), u64>> {
+        let packing = Packing::new(windows.max(), 2);
+        let (index, [current, previous]) = packing.unpack(word);
+        let counts = Counts {
+            index,
+            current,
+            previous,
+        };
+        let now = now.max(windows.start(counts.index));
+        if let Some(at) = counts.blocked_until(windows, now, not_before, cost) {
+            return Some(Err(at));
+        }
+        let index = windows.index(now);
+        let counts = counts.at(index);
+        let next = packing.pack(index, [counts.current + u64::from(cost), counts.previous])?;
+        Some(Ok((index, next)))
+    }
+
+    /// Swaps `word` for the open `next`; on failure, the word found if the
+    /// line is still open.
+    #[inline]
+    fn swap(&self, word: u64, next: u64) -> Result<(), Option<u64>> {
+        match self
+            .word
+            .compare_exchange_weak(word, OPEN | next, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => Ok(()),
+            Err(current) if current & OPEN != 0 => Err(Some(current)),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// Closes the line (the lock held): the state its word held goes back
+    /// into `state`, which decides alone until [`open`](Self::open).
+    pub(super) fn close(&self, state: Option<&mut QuotaState>) {
+        // Only an open line is written: a closed one stays off the bus.
+        if self.word.load(Ordering::SeqCst) & OPEN == 0 {
+            return;
+        }
+        // Only the lock's holder clears the bit: the line was still open.
+        let word = self.word.fetch_and(!OPEN, Ordering::SeqCst) & !OPEN;
+        match state {
+            Some(QuotaState::Cells(cells)) => cells.line.tat = word,
+            Some(QuotaState::FixedWindow(window)) => {
+                let (index, [count, _]) = Packing::new(window.windows.max(), 1).unpack(word);
+                (window.index, window.count) = (Some(index), count);
+            }
+            Some(QuotaState::SlidingWindowCounter(counter)) => {
+                let packing = Packing::new(counter.windows.max(), 2);
+                let (index, [current, previous]) = packing.unpack(word);
+                counter.counts = Counts {
+                    index,
+                    current,
+                    previous,
+                };
+            }
+            Some(QuotaState::SlidingLog(_)) | None => {}
+        }
+    }
+
+    /// Opens the line of `state` (the lock held) if its state fits one
+    /// word; leaves it closed otherwise.
+    pub(super) fn open(&self, state: Option<&QuotaState>) {
+        let Some((config, not_before, phase, word)) = state.and_then(Self::word_of) else {
+            return;
+        };
+        for (atomic, value) in self.config.iter().zip(config) {
+            atomic.store(value, Ordering::Release);
+        }
+        self.not_before.store(not_before, Ordering::Release);
+        self.phase.store(phase, Ordering::Release);
+        self.word.store(OPEN | word, Ordering::SeqCst);
+    }
+
+    /// The configuration words, pause, windows' phase and word of `state`,
+    /// if its state fits one word.
+    fn word_of(state: &QuotaState) -> Option<([u64; 2], u64, u64, u64)> {
+        match state {
+            QuotaState::Cells(cells) => (cells.line.gaps.is_empty() && cells.line.tat < OPEN)
+                .then(|| (cells.config.words(), cells.not_before, 0, cells.line.tat)),
+            QuotaState::FixedWindow(window) => {
+                let windows = &window.windows;
+                let (index, count) = (window.index.unwrap_or(0), window.count);
+                let word = Packing::new(windows.max(), 1).pack(index, [count, 0])?;
+                let config = window_words(FIXED_WINDOW, windows.max(), windows.window());
+                Some((config, window.not_before, windows.phase(), word))
+            }
+            QuotaState::SlidingWindowCounter(counter) => {
+                let (windows, counts) = (&counter.windows, counter.counts);
+                let packing = Packing::new(windows.max(), 2);
+                let word = packing.pack(counts.index, [counts.current, counts.previous])?;
+                let config = window_words(SLIDING_WINDOW_COUNTER, windows.max(), windows.window());
+                Some((config, counter.not_before, windows.phase(), word))
+            }
+            QuotaState::SlidingLog(_) => None,
+        }
+    }
+}
