@@ -54,16 +54,30 @@ impl Names {
 
 /// A validated configuration: the emission interval, the burst, and
 /// whether a late waiter keeps its slot ([`judge`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CellConfig {
     /// `T`: nanoseconds per cell.
     interval: u64,
-    /// `B`: how many cells may go at once.
-    burst: u32,
-    /// Whether a grant after the TAT counts its cells from up to
+    /// `B`, how many cells may go at once, in the low 32 bits; and in bit
+    /// [`PACED`], whether a grant after the TAT counts its cells from up to
     /// [`PACING_TOLERANCE`](crate::clock::PACING_TOLERANCE) before now
-    /// ([`paced_from`]) instead of from now.
-    paced: bool,
+    /// ([`paced_from`]) instead of from now. One word, as the stores keep
+    /// it, so reading and comparing a configuration moves no bits.
+    burst_word: u64,
+}
+
+/// The bit of [`CellConfig`]'s burst word that says it is paced.
+const PACED: u64 = 1 << 32;
+
+impl std::fmt::Debug for CellConfig {
+    /// The fields a reader knows: the interval, the burst, whether paced.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellConfig")
+            .field("interval", &self.interval)
+            .field("burst", &self.burst())
+            .field("paced", &self.is_paced())
+            .finish()
+    }
 }
 
 impl CellConfig {
@@ -104,11 +118,9 @@ impl CellConfig {
                 "divided by the count must be at most 100 years",
             ));
         }
-        let paced = false;
         Self {
             interval,
-            burst: 1,
-            paced,
+            burst_word: 1,
         }
         .with_burst(names, burst)
     }
@@ -125,17 +137,21 @@ impl CellConfig {
                 "times the emission interval must be at most 100 years",
             ));
         }
-        Ok(Self { burst, ..self })
+        let burst_word = (self.burst_word & PACED) | u64::from(burst);
+        Ok(Self { burst_word, ..self })
     }
 
     /// The same configuration, pacing late waiters ([`judge`]) or not.
     pub(crate) fn paced(self, paced: bool) -> Self {
-        Self { paced, ..self }
+        let paced = if paced { PACED } else { 0 };
+        let burst_word = (self.burst_word & !PACED) | paced;
+        Self { burst_word, ..self }
     }
 
     /// Whether a late waiter keeps its slot.
+    #[inline]
     pub(crate) fn is_paced(self) -> bool {
-        self.paced
+        self.burst_word & PACED != 0
     }
 
     pub(crate) fn interval(self) -> Duration {
@@ -158,29 +174,27 @@ impl CellConfig {
     /// [`MAX_SPAN`], checked at construction).
     #[inline]
     pub(crate) fn span(self) -> u64 {
-        self.interval * u64::from(self.burst)
+        self.interval * u64::from(self.burst())
     }
 
     /// `T`, then `B` with the pacing flag above its 32 bits.
+    #[inline]
     pub(crate) fn words(self) -> [u64; 2] {
-        let paced = u64::from(self.paced) << 32;
-        [self.interval, u64::from(self.burst) | paced]
+        [self.interval, self.burst_word]
     }
 
     #[inline]
     pub(crate) fn from_words([interval, word]: [u64; 2]) -> Self {
-        // Only `words` writes them: the burst is the low 32 bits.
-        let burst = word as u32;
-        let paced = word >> 32 != 0;
+        // Only `words` writes them.
         Self {
             interval,
-            burst,
-            paced,
+            burst_word: word,
         }
     }
 
+    #[inline]
     pub(crate) fn burst(self) -> u32 {
-        self.burst
+        self.burst_word as u32
     }
 }
 
@@ -207,7 +221,7 @@ pub(crate) fn judge(
     tat: u64,
     cost: u32,
 ) -> Result<u64, u64> {
-    if cost > config.burst {
+    if cost > config.burst() {
         return Err(now);
     }
     let weight = config.weight(cost);
@@ -215,7 +229,7 @@ pub(crate) fn judge(
     let ready_at = conforms_at.max(not_before);
     if ready_at > now {
         Err(ready_at)
-    } else if config.paced {
+    } else if config.is_paced() {
         Ok(paced_from(tat, now).saturating_add(weight))
     } else {
         Ok(tat.max(now).saturating_add(weight))

@@ -54,7 +54,9 @@ const SLIDING_WINDOW_COUNTER: u64 = 1 << 61;
 
 /// The atomics of an open line. Only the lock's holder writes them; the
 /// configuration, pause and placing before the word that opens the line.
+/// They share one cache line: a decision reads them all.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(super) struct OpenLine {
     /// [`OPEN`] and the state, or 0 (or a state without the bit) while
     /// closed.
@@ -123,6 +125,19 @@ impl Packing {
     }
 }
 
+/// What a decision asks of a word: `cost` units `now`, with nothing
+/// starting before `not_before` (a pause).
+#[derive(Clone, Copy)]
+struct Ask {
+    now: u64,
+    not_before: u64,
+    cost: u32,
+}
+
+/// A step's answer on a word: the grant's ticket and the word after it, or
+/// when the call could be made; `None` if the word cannot hold the outcome.
+type Step = Option<Result<(u64, u64), u64>>;
+
 /// The configuration words of a window quota of `max` per `window`,
 /// tagged `tag`.
 #[inline]
@@ -144,101 +159,94 @@ impl OpenLine {
         cost: u32,
     ) -> Option<Result<u64, u64>> {
         match quota.kind() {
-            QuotaKind::Cells(config) => self.decide_cells(config, clock, cost),
+            QuotaKind::Cells(config) => {
+                self.decide_with(config.words(), clock, cost, |tat, ask| {
+                    Self::cells(config, tat, ask)
+                })
+            }
             QuotaKind::FixedWindow { max, window } => {
                 let words = window_words(FIXED_WINDOW, max, window);
-                self.decide_window(words, clock, cost, Self::fixed_window)
+                self.decide_with(words, clock, cost, |word, ask| {
+                    Self::fixed_window(&self.windows(words), word, ask)
+                })
             }
             QuotaKind::SlidingWindowCounter { max, window } => {
                 let words = window_words(SLIDING_WINDOW_COUNTER, max, window);
-                self.decide_window(words, clock, cost, Self::sliding_window_counter)
+                self.decide_with(words, clock, cost, |word, ask| {
+                    Self::sliding_window_counter(&self.windows(words), word, ask)
+                })
             }
             QuotaKind::SlidingLog { .. } => None,
         }
     }
 
-    /// The configuration words, if the line is open: `word` holds the word
-    /// read, `SeqCst` as `ReleaseEvent` requires of the second look.
+    /// Decides `cost` on the line if it is open for `words`, by `step` on
+    /// its word (without the [`OPEN`] bit); a grant is one compare-and-swap,
+    /// tried again on the word a racer left.
     #[inline]
-    fn open_config(&self, word: &mut u64) -> Option<[u64; 2]> {
-        *word = self.word.load(Ordering::SeqCst);
-        (*word & OPEN != 0).then(|| self.config.each_ref().map(|w| w.load(Ordering::Acquire)))
-    }
-
-    #[inline]
-    fn decide_cells(
-        &self,
-        config: CellConfig,
-        clock: &Clock,
-        cost: u32,
-    ) -> Option<Result<u64, u64>> {
-        let mut word = 0;
-        if self.open_config(&mut word)? != config.words() {
-            return None;
-        }
-        let not_before = self.not_before.load(Ordering::Acquire);
-        let now = clock.now_nanos();
-        loop {
-            let tat = word & !OPEN;
-            let next = match judge(config, now, not_before, tat, cost) {
-                // A grant of nothing takes no slot (and moves no TAT).
-                Ok(_) if cost == 0 => return Some(Ok(tat.max(now))),
-                Ok(next) if next < OPEN => next,
-                Ok(_) => return None,
-                Err(at) => return Some(Err(at)),
-            };
-            match self.swap(word, next) {
-                Ok(()) => return Some(Ok(next)),
-                Err(current) => word = current?,
-            }
-        }
-    }
-
-    /// Decides on a window quota's word with `step`, which answers the
-    /// grant's window and the word after it, or when `cost` could be taken,
-    /// or `None` if the word cannot hold the outcome.
-    #[inline]
-    fn decide_window(
+    fn decide_with(
         &self,
         words: [u64; 2],
         clock: &Clock,
         cost: u32,
-        step: impl Fn(&Windows, u64, u64, u64, u32) -> Option<Result<(u64, u64), u64>>,
+        step: impl Fn(u64, Ask) -> Step,
     ) -> Option<Result<u64, u64>> {
-        let mut word = 0;
-        if self.open_config(&mut word)? != words {
+        // `SeqCst`, as `ReleaseEvent` requires of the second look.
+        let mut word = self.word.load(Ordering::SeqCst);
+        if word & OPEN == 0 || self.config.each_ref().map(|w| w.load(Ordering::Acquire)) != words {
             return None;
         }
         let not_before = self.not_before.load(Ordering::Acquire);
-        let phase = self.phase.load(Ordering::Acquire);
-        let windows = Windows::placed_at(words[1] as u32, words[0], phase);
-        let now = clock.now_nanos();
+        let ask = Ask {
+            now: clock.now_nanos(),
+            not_before,
+            cost,
+        };
         loop {
-            let (index, next) = match step(&windows, word, now, not_before, cost)? {
+            let (ticket, next) = match step(word & !OPEN, ask)? {
                 Ok(granted) => granted,
                 Err(at) => return Some(Err(at)),
             };
-            match self.swap(word, next) {
-                Ok(()) => return Some(Ok(index)),
-                Err(current) => word = current?,
+            match self.word.compare_exchange_weak(
+                word,
+                OPEN | next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Some(Ok(ticket)),
+                Err(current) if current & OPEN != 0 => word = current,
+                Err(_) => return None,
             }
+        }
+    }
+
+    /// The windows of a window quota's line, configured by `words`.
+    #[inline]
+    fn windows(&self, [length, max]: [u64; 2]) -> Windows {
+        Windows::placed_at(max as u32, length, self.phase.load(Ordering::Acquire))
+    }
+
+    /// One GCRA step: the TAT after a grant, which is also its ticket.
+    #[inline]
+    fn cells(config: CellConfig, tat: u64, ask: Ask) -> Step {
+        match judge(config, ask.now, ask.not_before, tat, ask.cost) {
+            // A grant of nothing takes no slot (and moves no TAT).
+            Ok(_) if ask.cost == 0 => Some(Ok((tat.max(ask.now), tat))),
+            Ok(next) if next < OPEN => Some(Ok((next, next))),
+            Ok(_) => None,
+            Err(at) => Some(Err(at)),
         }
     }
 
     /// One fixed window step: counts `cost` in the newest window anyone
     /// has counted in, or the window of `now`.
     #[inline]
-    fn fixed_window(
-        windows: &Windows,
-        word: u64,
-        now: u64,
-        not_before: u64,
-        cost: u32,
-    ) -> Option<Result<(u64, u64), u64>> {
+    fn fixed_window(windows: &Windows, word: u64, ask: Ask) -> Step {
         let packing = Packing::new(windows.max(), 1);
         let (counted_in, [counted, _]) = packing.unpack(word);
-        let now = now.max(windows.start(counted_in));
+        let now = ask.now.max(windows.start(counted_in));
         let count_in = |index| if index == counted_in { counted } else { 0 };
+        let (not_before, cost) = (ask.not_before, ask.cost);
         if let Some(at) = fixed_window::blocked_until(windows, now, not_before, cost, count_in) {
             return Some(Err(at));
         }
@@ -250,13 +258,7 @@ impl OpenLine {
     /// One sliding window counter step, in the newest window anyone has
     /// counted in, or the window of `now`.
     #[inline]
-    fn sliding_window_counter(
-        windows: &Windows,
-        word: u64,
-        now: u64,
-        not_before: u64,
-        cost: u32,
-    ) -> Option<Result<(u64, u64), u64>> {
+    fn sliding_window_counter(windows: &Windows, word: u64, ask: Ask) -> Step {
         let packing = Packing::new(windows.max(), 2);
         let (index, [current, previous]) = packing.unpack(word);
         let counts = Counts {
@@ -264,28 +266,17 @@ impl OpenLine {
             current,
             previous,
         };
-        let now = now.max(windows.start(counts.index));
-        if let Some(at) = counts.blocked_until(windows, now, not_before, cost) {
+        let now = ask.now.max(windows.start(counts.index));
+        if let Some(at) = counts.blocked_until(windows, now, ask.not_before, ask.cost) {
             return Some(Err(at));
         }
         let index = windows.index(now);
         let counts = counts.at(index);
-        let next = packing.pack(index, [counts.current + u64::from(cost), counts.previous])?;
+        let next = packing.pack(
+            index,
+            [counts.current + u64::from(ask.cost), counts.previous],
+        )?;
         Some(Ok((index, next)))
-    }
-
-    /// Swaps `word` for the open `next`; on failure, the word found if the
-    /// line is still open.
-    #[inline]
-    fn swap(&self, word: u64, next: u64) -> Result<(), Option<u64>> {
-        match self
-            .word
-            .compare_exchange_weak(word, OPEN | next, Ordering::SeqCst, Ordering::SeqCst)
-        {
-            Ok(_) => Ok(()),
-            Err(current) if current & OPEN != 0 => Err(Some(current)),
-            Err(_) => Err(None),
-        }
     }
 
     /// Closes the line (the lock held): the state its word held goes back

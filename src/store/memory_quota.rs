@@ -9,7 +9,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 use super::memory_open_line::OpenLine;
@@ -40,14 +39,16 @@ use crate::quota_status::{QuotaStatus, search};
 #[derive(Clone, Default)]
 pub struct MemoryQuotaKey(Arc<Entry>);
 
-/// One named quota: its slot behind a lock and, while the slot is GCRA's
-/// with no gap in its line, the open line that decides without the lock.
+/// One named quota: its slot behind a lock and, while the slot's state
+/// fits one word, the open line that decides without the lock.
 ///
-/// The open line's four words share one cache line, apart from the slot's:
-/// a decision reads them all and a grant writes the first.
+/// The open line's words share one cache line, apart from the slot's: a
+/// decision reads them all and a grant writes the first. (Not two lines,
+/// as against the adjacent-line prefetcher: a keyed limiter holds one
+/// entry per key, and the smaller entry is worth more there.)
 #[derive(Default)]
 struct Entry {
-    line: CachePadded<OpenLine>,
+    line: OpenLine,
     slot: Mutex<Option<Slot>>,
 }
 

@@ -666,7 +666,8 @@ pub(crate) fn log_adjustment(ticket: u64, from: u32, to: u32) -> (&'static str, 
 /// ```
 pub trait QuotaStore: Send + Sync + 'static {
     /// A key prepared for this store, made once per limiter by
-    /// [`quota_key`](QuotaStore::quota_key).
+    /// [`quota_key`](QuotaStore::quota_key). A limiter keeps a clone of it
+    /// beside its shared state, so a clone should be cheap.
     ///
     /// ```
     /// use tower_limits::store::{MemoryStore, QuotaStore};
@@ -676,7 +677,7 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// }
     /// assert_eq!(keys(&MemoryStore::new(), &["a", "b"]).len(), 2);
     /// ```
-    type QuotaKey: Send + Sync + 'static;
+    type QuotaKey: Clone + Send + Sync + 'static;
 
     /// Prepares the key of the quota called `name`. Keys for one name on one
     /// store share one state.

@@ -36,7 +36,9 @@ pub(crate) enum QuotaState {
     Cells(Cells),
     FixedWindow(FixedWindow),
     SlidingWindowCounter(SlidingWindowCounter),
-    SlidingLog(SlidingLog),
+    /// Boxed: the other states are a few words, and a memory store keeps
+    /// one per key.
+    SlidingLog(Box<SlidingLog>),
 }
 
 /// GCRA (and the token bucket): the line of slots grants hold, which ends
@@ -123,14 +125,14 @@ impl QuotaState {
                 max,
                 window,
                 backoff,
-            } => Self::SlidingLog(SlidingLog {
+            } => Self::SlidingLog(Box::new(SlidingLog {
                 max,
                 window: duration_nanos(window),
                 backoff,
                 starts: StartLog::default(),
                 pause: Pause::default(),
                 cleared: None,
-            }),
+            })),
         }
     }
 
@@ -177,12 +179,14 @@ impl QuotaState {
                 Self::Cells(cells)
             }
             // The starts and the pause stay; the new limits apply to them.
-            (Self::SlidingLog(kept), Self::SlidingLog(fresh)) => Self::SlidingLog(SlidingLog {
-                starts: kept.starts,
-                pause: kept.pause,
-                cleared: kept.cleared,
-                ..fresh
-            }),
+            (Self::SlidingLog(kept), Self::SlidingLog(fresh)) => {
+                Self::SlidingLog(Box::new(SlidingLog {
+                    starts: kept.starts,
+                    pause: kept.pause,
+                    cleared: kept.cleared,
+                    ..*fresh
+                }))
+            }
             (_, fresh) => fresh,
         }
     }

@@ -85,6 +85,11 @@ use crate::store::{Backoff, MemoryStore, Quota, QuotaKind, QuotaStore, WindowDec
 #[doc(alias = "SharedLimiter")]
 pub struct RateLimiter<S: QuotaStore = MemoryStore> {
     shared: Arc<RateShared<S>>,
+    /// A copy of the shared key beside the pointer to the rest, so that a
+    /// decision fetches the key's state and the limiter's in parallel (a
+    /// limiter per key, a keyed limiter's entry: one cache miss fewer in a
+    /// row).
+    key: S::QuotaKey,
 }
 
 struct RateShared<S: QuotaStore> {
@@ -179,6 +184,7 @@ impl<S: QuotaStore> Clone for RateLimiter<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            key: self.key.clone(),
         }
     }
 }
@@ -210,9 +216,10 @@ impl<S: QuotaStore> RateLimiter<S> {
                 name,
                 released: ReleaseEvent::new(),
                 store,
-                key,
+                key: key.clone(),
                 quota: QuotaCell::new(quota),
             }),
+            key,
         }
     }
 }
@@ -410,27 +417,25 @@ fn admission(decision: WindowDecision, cost: u32, listener: Option<ReleaseListen
     }
 }
 
-impl<S: QuotaStore> Limiter for RateLimiter<S> {
-    #[inline]
-    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+impl<S: QuotaStore> RateLimiter<S> {
+    /// After a denial the store made at once: listen, then decide once
+    /// more, so a refund in between is not missed.
+    #[inline(never)]
+    fn denied_at_once(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let shared = &*self.shared;
+        shared.decide_listening(shared.quota.load(), cost, shared.released.listen())
+    }
+
+    /// Everything else but a grant the store made at once: a cost above
+    /// the quota, a store that decides under a lock or answers later.
+    #[inline(never)]
+    fn try_acquire_slowly(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
         let quota = shared.quota.load();
         if let Err(error) = CostTooHigh::check(cost, quota.capacity()) {
             return LimiterFuture::ready(Err(error));
         }
-        if let Some(decision) = shared.store.decide_at_once(&shared.key, &quota, cost) {
-            return match decision {
-                WindowDecision::Granted { .. } => {
-                    LimiterFuture::ready(Ok(admission(decision, cost, None)))
-                }
-                // Listen, then decide once more: a refund in between is not missed.
-                WindowDecision::Denied { .. } => {
-                    shared.decide_listening(quota, cost, shared.released.listen())
-                }
-            };
-        }
-        match shared.store.decide(&shared.key, &quota, cost).into_ready() {
-            // Listen, then decide once more: a refund in between is not missed.
+        match shared.store.decide(&self.key, &quota, cost).into_ready() {
             Ok(Ok(WindowDecision::Denied { .. })) => {
                 shared.decide_listening(quota, cost, shared.released.listen())
             }
@@ -439,6 +444,26 @@ impl<S: QuotaStore> Limiter for RateLimiter<S> {
             // (the unpolled future is dropped and made again).
             Err(_unpolled) => shared.decide_listening(quota, cost, shared.released.listen()),
         }
+    }
+}
+
+impl<S: QuotaStore> Limiter for RateLimiter<S> {
+    /// A grant the store makes at once (an open line in memory) is the
+    /// whole call; the quota read for it lives in registers.
+    #[inline]
+    fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+        let shared = &*self.shared;
+        let quota = shared.quota.load();
+        if cost <= quota.capacity() {
+            match shared.store.decide_at_once(&self.key, &quota, cost) {
+                Some(decision @ WindowDecision::Granted { .. }) => {
+                    return LimiterFuture::ready(Ok(admission(decision, cost, None)));
+                }
+                Some(WindowDecision::Denied { .. }) => return self.denied_at_once(cost),
+                None => {}
+            }
+        }
+        self.try_acquire_slowly(cost)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
