@@ -428,10 +428,13 @@ impl<S: QuotaStore> RateLimiter<S> {
 
     /// Everything else but a grant the store made at once: a cost above
     /// the quota, a store that decides under a lock or answers later.
-    #[inline(never)]
-    fn try_acquire_slowly(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
+    #[inline]
+    fn try_acquire_slowly(
+        &self,
+        quota: Quota,
+        cost: u32,
+    ) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
-        let quota = shared.quota.load();
         if let Err(error) = CostTooHigh::check(cost, quota.capacity()) {
             return LimiterFuture::ready(Err(error));
         }
@@ -463,7 +466,7 @@ impl<S: QuotaStore> Limiter for RateLimiter<S> {
                 None => {}
             }
         }
-        self.try_acquire_slowly(cost)
+        self.try_acquire_slowly(quota, cost)
     }
 
     fn can_proceed(&self) -> LimiterFuture<'_, Result<bool, LimiterError>> {
