@@ -15,11 +15,19 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    /// The counts as they stand in window `index` (no later than this one's:
-    /// unchanged).
+    /// The counts as they stand in window `index`. Counts of the window
+    /// after it stand as they are (a caller that read the clock a little
+    /// before another, a clock stepped back); counts of a window further
+    /// ahead were counted in windows of another length (a quota whose window
+    /// grew), and count nothing here.
     #[inline]
     pub(crate) fn at(self, index: u64) -> Self {
         match index.checked_sub(self.index) {
+            None if self.index - index > 1 => Self {
+                index,
+                current: 0,
+                previous: 0,
+            },
             None | Some(0) => self,
             Some(1) => Self {
                 index,

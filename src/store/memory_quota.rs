@@ -67,9 +67,8 @@ impl fmt::Debug for MemoryQuotaKey {
 impl MemoryStore {
     /// Runs `act` on the state of `key` for `quota`, at the clock's now: a
     /// fresh state (full capacity) the first time, or when the quota
-    /// changed its algorithm or window; the same TAT under the new rate and
-    /// burst when a GCRA quota changed only those, as the other stores keep
-    /// theirs.
+    /// changed its algorithm; otherwise the state kept, renewed for the new
+    /// quota (`QuotaState::renewed`) as the other stores keep theirs.
     fn with_state<T>(
         &self,
         key: &MemoryQuotaKey,

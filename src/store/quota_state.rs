@@ -165,8 +165,9 @@ impl QuotaState {
     }
 
     /// The state of `fresh`'s quota, which replaced the one `self` was
-    /// made for: a GCRA state keeps its line (its lead rescaled at `now`) and pause under the new rate
-    /// and burst (what was spent still counts); any other change starts
+    /// made for: a GCRA state keeps its line (its lead rescaled at `now`)
+    /// and pause under the new rate and burst, a window its counts, a log
+    /// its starts (what was spent still counts); a new algorithm starts
     /// afresh.
     pub(crate) fn renewed(self, fresh: Self, now: u64) -> Self {
         match (self, fresh) {
@@ -186,6 +187,25 @@ impl QuotaState {
                     cleared: kept.cleared,
                     ..*fresh
                 }))
+            }
+            // A new limit applies to what the windows counted, as in the
+            // other stores; windows of another length start afresh (their
+            // indices count other windows).
+            (Self::FixedWindow(kept), Self::FixedWindow(fresh))
+                if kept.windows.length() == fresh.windows.length() =>
+            {
+                Self::FixedWindow(FixedWindow {
+                    windows: fresh.windows,
+                    ..kept
+                })
+            }
+            (Self::SlidingWindowCounter(kept), Self::SlidingWindowCounter(fresh))
+                if kept.windows.length() == fresh.windows.length() =>
+            {
+                Self::SlidingWindowCounter(SlidingWindowCounter {
+                    windows: fresh.windows,
+                    ..kept
+                })
             }
             (_, fresh) => fresh,
         }

@@ -46,6 +46,8 @@ macro_rules! conformance {
                 shared_limiter_shares_one_limit,
                 a_new_algorithm_starts_afresh,
                 a_new_rate_rescales_what_was_spent,
+                a_new_window_limit_keeps_the_count,
+                a_longer_window_is_not_held_by_the_shorter_ones_count,
                 sliding_log_limits_and_reports,
                 sliding_log_refund_settle_pause_clear,
                 sliding_log_backoff,
@@ -491,6 +493,55 @@ pub(crate) async fn a_new_rate_rescales_what_was_spent<S: Store>(store: S) {
             "{from:?} then {to:?}: waits {wait:.3} s, not {at_least}-{at_most} s"
         );
     }
+}
+
+/// A window quota given a new limit (same window) keeps what its windows
+/// counted, in every store: 3 of 4 taken, then a limit of 3 is full, and a
+/// limit of 5 has 2 left. (The memory store once started afresh: 3 more
+/// under the limit of 3, up to 6 in one window.)
+pub(crate) async fn a_new_window_limit_keeps_the_count<S: Store>(store: S) {
+    let kinds: [fn(u32) -> Quota; 2] = [
+        |max| Quota::fixed_window(max, Duration::from_secs(86_400)).unwrap(),
+        |max| Quota::sliding_window_counter(max, Duration::from_secs(86_400)).unwrap(),
+    ];
+    for (what, quota) in ["fixed window", "sliding window counter"]
+        .into_iter()
+        .zip(kinds)
+    {
+        let key = store.quota_key(&unique("window-limit"));
+        assert!(matches!(
+            store.decide(&key, &quota(4), 3).await.unwrap(),
+            WindowDecision::Granted { .. }
+        ));
+        assert!(
+            matches!(
+                store.decide(&key, &quota(3), 1).await.unwrap(),
+                WindowDecision::Denied { .. }
+            ),
+            "{what}: 3 counted, a limit of 3 is full"
+        );
+        let status = store.quota_status(&key, &quota(5)).await.unwrap();
+        assert_eq!(status.remaining(), 2, "{what}: 3 counted, 2 left of 5");
+    }
+}
+
+/// A sliding window counter whose window grows (1 ms to 10 ms) is not held
+/// by what the shorter windows counted: once two of the new windows have
+/// passed, its whole limit is free.
+pub(crate) async fn a_longer_window_is_not_held_by_the_shorter_ones_count<S: Store>(store: S) {
+    let key = store.quota_key(&unique("window-length"));
+    let short = Quota::sliding_window_counter(2, Duration::from_millis(1)).unwrap();
+    let long = Quota::sliding_window_counter(2, Duration::from_millis(10)).unwrap();
+    assert!(matches!(
+        store.decide(&key, &short, 2).await.unwrap(),
+        WindowDecision::Granted { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    let decision = store.decide(&key, &long, 2).await.unwrap();
+    assert!(
+        matches!(decision, WindowDecision::Granted { .. }),
+        "two 10 ms windows later: {decision:?}"
+    );
 }
 
 pub(crate) async fn a_new_algorithm_starts_afresh<S: Store>(store: S) {

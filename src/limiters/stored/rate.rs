@@ -346,8 +346,9 @@ impl<S: QuotaStore> RateLimiter<S> {
     /// wakes waiting callers to ask again. What was spent still counts: a
     /// sliding log keeps its starts and its pause, a new rate or burst for
     /// GCRA or a token bucket keeps the cells spent (the TAT's lead over
-    /// now, rescaled to the new interval, in every store); a quota of another algorithm
-    /// or window starts afresh. A sliding log's backoff comes with its
+    /// now, rescaled to the new interval, in every store), a new limit for
+    /// a window keeps its counts; a quota of another algorithm or window
+    /// length starts afresh. A sliding log's backoff comes with its
     /// quota (keep it with [`Quota::with_backoff`]). Every process sharing
     /// the name should change together
     /// ([`AdaptiveRateLimiter::build_shared`](crate::limiters::AdaptiveRateLimiterBuilder::build_shared)
