@@ -77,6 +77,9 @@ BEGIN
       v_prev := v_cur; v_cur := 0;
     ELSIF v_index - v_i > 1 THEN
       v_prev := 0; v_cur := 0;
+    ELSIF v_i - v_index > 1 THEN
+      -- Counted in windows of another length (the window grew): nothing here.
+      v_prev := 0; v_cur := 0; v_i := v_index;
     END IF;
     IF v_cur + args[1] <= max THEN
       v_at := greatest(v_from, v_index * win + __SCHEMA__.swc_offset(v_prev, max - v_cur - args[1], win));
@@ -105,6 +108,8 @@ BEGIN
       v_prev := v_cur; v_cur := 0;
     ELSIF v_current - v_i > 1 THEN
       v_prev := 0; v_cur := 0;
+    ELSIF v_i - v_current > 1 THEN
+      v_prev := 0; v_cur := 0; v_i := v_current;
     END IF;
     v_i := greatest(v_i, v_current);
     IF v_index = v_current THEN

@@ -20,8 +20,11 @@ local cur, prev, nb = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0, tonumb
 local cleared = tonumber(stored[5])
 
 -- The counts as of window `at_index`: (current, previous).
+-- Counts more than one window ahead were counted in windows of another
+-- length (the window grew) and count nothing here.
 local function counts_at(at_index)
   local gap = at_index - index
+  if gap < -1 then return 0, 0 end
   if gap <= 0 then return cur, prev end
   if gap == 1 then return 0, cur end
   return 0, 0
@@ -58,7 +61,7 @@ end
 local function roll()
   local current = math.floor(now / window)
   cur, prev = counts_at(current)
-  index = math.max(index, current)
+  if current < index - 1 then index = current else index = math.max(index, current) end
   return current
 end
 
