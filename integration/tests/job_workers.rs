@@ -371,11 +371,14 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    // Enough work to outlast a late kill and the TTL: at most 10 jobs a
-    // second go through 3 slots of 300 ms, and a run on a busy machine
-    // once found worker-0 running a job only at +5.8 s, leaving too few
-    // jobs after the TTL to fill the slots again (60 jobs then).
+    // Work outlasts the kill and the TTL however late the kill comes: more
+    // jobs are queued at the kill (at most 10 jobs a second go through 3
+    // slots of 300 ms: 60 more are 6 s of work). Busy machines found
+    // worker-0 running a job only at +5.8 s and +11 s, which left too few
+    // jobs after the TTL to fill the slots again when every job was queued
+    // at the start.
     const JOBS: u32 = 120;
+    const MORE_AT_KILL: u32 = 60;
     const SLOTS: u32 = 3;
     const TTL: Duration = Duration::from_millis(1_500);
     let upstream = Upstream::serve(job_worker::RATE, Duration::from_millis(300), HashMap::new())
@@ -408,7 +411,12 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let killed = unix_ms();
-    wait_until_done(&upstream, JOBS as usize, Duration::from_secs(40)).await;
+    let more = (JOBS..JOBS + MORE_AT_KILL)
+        .map(|id| Job::new(id, "acme"))
+        .collect();
+    job_worker::enqueue(&settings[0], more).await.unwrap();
+    let total = JOBS + MORE_AT_KILL;
+    wait_until_done(&upstream, total as usize, Duration::from_secs(60)).await;
     let done = unix_ms();
     workers.stop();
 
@@ -449,7 +457,7 @@ async fn killing_a_worker_process_loses_no_job_and_leaks_no_slot() {
         after_ttl == SLOTS,
         "the dead worker's slots did not come back: at most {after_ttl} at once after its TTL"
     );
-    assert_eq!(runs.len(), JOBS as usize, "a job was lost");
+    assert_eq!(runs.len(), total as usize, "a job was lost");
     for job in twice {
         let first = runs[&job][0];
         assert!(
