@@ -123,6 +123,17 @@ impl Packing {
         let index = word.checked_shr(self.bits * self.counts).unwrap_or(0);
         (index, [current, previous])
     }
+
+    /// A sliding window counter's word as its counts.
+    #[inline]
+    fn counts(self, word: u64) -> Counts {
+        let (index, [current, previous]) = self.unpack(word);
+        Counts {
+            index,
+            current,
+            previous,
+        }
+    }
 }
 
 /// What a decision asks of a word: `cost` units `now`, with nothing
@@ -260,12 +271,7 @@ impl OpenLine {
     #[inline]
     fn sliding_window_counter(windows: &Windows, word: u64, ask: Ask) -> Step {
         let packing = Packing::new(windows.max(), 2);
-        let (index, [current, previous]) = packing.unpack(word);
-        let counts = Counts {
-            index,
-            current,
-            previous,
-        };
+        let counts = packing.counts(word);
         let now = ask.now.max(windows.start(counts.index));
         if let Some(at) = counts.blocked_until(windows, now, ask.not_before, ask.cost) {
             return Some(Err(at));
@@ -295,13 +301,7 @@ impl OpenLine {
                 (window.index, window.count) = (Some(index), count);
             }
             Some(QuotaState::SlidingWindowCounter(counter)) => {
-                let packing = Packing::new(counter.windows.max(), 2);
-                let (index, [current, previous]) = packing.unpack(word);
-                counter.counts = Counts {
-                    index,
-                    current,
-                    previous,
-                };
+                counter.counts = Packing::new(counter.windows.max(), 2).counts(word);
             }
             Some(QuotaState::SlidingLog(_)) | None => {}
         }

@@ -1,7 +1,7 @@
 //! [`QuotaState`]: one quota's state by its algorithm's rules (the
 //! decisions of `crate::algorithms`), for the stores that decide in Rust:
-//! the memory store keeps it behind a lock (and a GCRA line with no gap in
-//! atomics too, `memory_open_line.rs`), SQLite loads it from a row and
+//! the memory store keeps it behind a lock (and, while it fits one word,
+//! in atomics too: `memory_open_line.rs`), SQLite loads it from a row and
 //! saves it back in each transaction. Redis and PostgreSQL run the same
 //! rules in Lua and PL/pgSQL.
 //!
