@@ -86,10 +86,6 @@ impl Windows {
         self.length
     }
 
-    pub(crate) fn window(&self) -> Duration {
-        Duration::from_nanos(self.length)
-    }
-
     /// The index of the window holding `nanos`.
     #[inline]
     pub(crate) fn index(&self, nanos: u64) -> u64 {

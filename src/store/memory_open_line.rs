@@ -35,22 +35,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::quota::{Quota, QuotaKind};
+use super::quota::{CELLS, FIXED_WINDOW, Quota, SLIDING_WINDOW_COUNTER};
 use super::quota_state::QuotaState;
 use crate::algorithms::fixed_window;
 use crate::algorithms::gcra::{CellConfig, judge};
 use crate::algorithms::sliding_window_counter::Counts;
 use crate::algorithms::windows::Windows;
-use crate::clock::{Clock, duration_nanos};
+use crate::clock::Clock;
 
 /// The bit of [`OpenLine::word`] that says the line is open; the other 63
 /// hold the state.
 const OPEN: u64 = 1 << 63;
-
-/// The tags of a window quota's configuration word, beside its limit
-/// (a GCRA burst word never has them).
-const FIXED_WINDOW: u64 = 1 << 62;
-const SLIDING_WINDOW_COUNTER: u64 = 1 << 61;
 
 /// The atomics of an open line. Only the lock's holder writes them; the
 /// configuration, pause and placing before the word that opens the line.
@@ -61,10 +56,9 @@ pub(super) struct OpenLine {
     /// [`OPEN`] and the state, or 0 (or a state without the bit) while
     /// closed.
     word: AtomicU64,
-    /// The open line's configuration: GCRA's `T` in nanoseconds and `B`
-    /// ([`CellConfig::words`]), or a window's length in nanoseconds and its
-    /// limit, tagged with its kind.
-    config: [AtomicU64; 2],
+    /// The quota the line is open for, as far as it decides by it
+    /// ([`Quota::line_words`]).
+    config: [AtomicU64; 3],
     /// Nothing starts before this.
     not_before: AtomicU64,
     /// A window quota's phase ([`Windows`]).
@@ -149,13 +143,6 @@ struct Ask {
 /// when the call could be made; `None` if the word cannot hold the outcome.
 type Step = Option<Result<(u64, u64), u64>>;
 
-/// The configuration words of a window quota of `max` per `window`,
-/// tagged `tag`.
-#[inline]
-fn window_words(tag: u64, max: u32, window: std::time::Duration) -> [u64; 2] {
-    [duration_nanos(window).max(1), u64::from(max) | tag]
-}
-
 impl OpenLine {
     /// Decides `cost` under `quota` now on the open line: the grant's
     /// ticket (GCRA's slot end, a window's index), or when `cost` could be
@@ -169,25 +156,21 @@ impl OpenLine {
         clock: &Clock,
         cost: u32,
     ) -> Option<Result<u64, u64>> {
-        match quota.kind() {
-            QuotaKind::Cells(config) => {
-                self.decide_with(config.words(), clock, cost, |tat, ask| {
-                    Self::cells(config, tat, ask)
-                })
+        // The words, not the decoded kind: the compare with the line's own
+        // and the dispatch need nothing else.
+        let words = quota.line_words();
+        match words[0] {
+            CELLS => {
+                let config = CellConfig::from_words([words[1], words[2]]);
+                self.decide_with(words, clock, cost, |tat, ask| Self::cells(config, tat, ask))
             }
-            QuotaKind::FixedWindow { max, window } => {
-                let words = window_words(FIXED_WINDOW, max, window);
-                self.decide_with(words, clock, cost, |word, ask| {
-                    Self::fixed_window(&self.windows(words), word, ask)
-                })
-            }
-            QuotaKind::SlidingWindowCounter { max, window } => {
-                let words = window_words(SLIDING_WINDOW_COUNTER, max, window);
-                self.decide_with(words, clock, cost, |word, ask| {
-                    Self::sliding_window_counter(&self.windows(words), word, ask)
-                })
-            }
-            QuotaKind::SlidingLog { .. } => None,
+            FIXED_WINDOW => self.decide_with(words, clock, cost, |word, ask| {
+                Self::fixed_window(&self.windows(words), word, ask)
+            }),
+            SLIDING_WINDOW_COUNTER => self.decide_with(words, clock, cost, |word, ask| {
+                Self::sliding_window_counter(&self.windows(words), word, ask)
+            }),
+            _ => None,
         }
     }
 
@@ -197,14 +180,16 @@ impl OpenLine {
     #[inline]
     fn decide_with(
         &self,
-        words: [u64; 2],
+        words: [u64; 3],
         clock: &Clock,
         cost: u32,
         step: impl Fn(u64, Ask) -> Step,
     ) -> Option<Result<u64, u64>> {
         // `SeqCst`, as `ReleaseEvent` requires of the second look.
         let mut word = self.word.load(Ordering::SeqCst);
-        if word & OPEN == 0 || self.config.each_ref().map(|w| w.load(Ordering::Acquire)) != words {
+        // Word by word: an array compare goes through the stack.
+        let open_for = |i: usize| self.config[i].load(Ordering::Acquire) == words[i];
+        if word & OPEN == 0 || !(open_for(0) && open_for(1) && open_for(2)) {
             return None;
         }
         let not_before = self.not_before.load(Ordering::Acquire);
@@ -233,7 +218,7 @@ impl OpenLine {
 
     /// The windows of a window quota's line, configured by `words`.
     #[inline]
-    fn windows(&self, [length, max]: [u64; 2]) -> Windows {
+    fn windows(&self, [_, max, length]: [u64; 3]) -> Windows {
         Windows::placed_at(max as u32, length, self.phase.load(Ordering::Acquire))
     }
 
@@ -307,13 +292,13 @@ impl OpenLine {
         }
     }
 
-    /// Opens the line of `state` (the lock held) if its state fits one
-    /// word; leaves it closed otherwise.
-    pub(super) fn open(&self, state: Option<&QuotaState>) {
-        let Some((config, not_before, phase, word)) = state.and_then(Self::word_of) else {
+    /// Opens the line of `state`, made for `quota` (the lock held), if its
+    /// state fits one word; leaves it closed otherwise.
+    pub(super) fn open(&self, quota: &Quota, state: &QuotaState) {
+        let Some((not_before, phase, word)) = Self::word_of(state) else {
             return;
         };
-        for (atomic, value) in self.config.iter().zip(config) {
+        for (atomic, value) in self.config.iter().zip(quota.line_words()) {
             atomic.store(value, Ordering::Release);
         }
         self.not_before.store(not_before, Ordering::Release);
@@ -321,25 +306,23 @@ impl OpenLine {
         self.word.store(OPEN | word, Ordering::SeqCst);
     }
 
-    /// The configuration words, pause, windows' phase and word of `state`,
-    /// if its state fits one word.
-    fn word_of(state: &QuotaState) -> Option<([u64; 2], u64, u64, u64)> {
+    /// The pause, windows' phase and word of `state`, if its state fits
+    /// one word.
+    fn word_of(state: &QuotaState) -> Option<(u64, u64, u64)> {
         match state {
             QuotaState::Cells(cells) => (cells.line.gaps.is_empty() && cells.line.tat < OPEN)
-                .then(|| (cells.config.words(), cells.not_before, 0, cells.line.tat)),
+                .then_some((cells.not_before, 0, cells.line.tat)),
             QuotaState::FixedWindow(window) => {
                 let windows = &window.windows;
                 let (index, count) = (window.index.unwrap_or(0), window.count);
                 let word = Packing::new(windows.max(), 1).pack(index, [count, 0])?;
-                let config = window_words(FIXED_WINDOW, windows.max(), windows.window());
-                Some((config, window.not_before, windows.phase(), word))
+                Some((window.not_before, windows.phase(), word))
             }
             QuotaState::SlidingWindowCounter(counter) => {
                 let (windows, counts) = (&counter.windows, counter.counts);
                 let packing = Packing::new(windows.max(), 2);
                 let word = packing.pack(counts.index, [counts.current, counts.previous])?;
-                let config = window_words(SLIDING_WINDOW_COUNTER, windows.max(), windows.window());
-                Some((config, counter.not_before, windows.phase(), word))
+                Some((counter.not_before, windows.phase(), word))
             }
             QuotaState::SlidingLog(_) => None,
         }

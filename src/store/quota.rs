@@ -1,6 +1,7 @@
 //! [`Quota`] and [`QuotaStore`]: GCRA, token bucket, fixed window, sliding
 //! window counter and sliding log, decided atomically in a store.
 
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -35,9 +36,18 @@ use crate::quota_status::QuotaStatus;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
-    kind: QuotaKind,
+    /// The quota as [`QuotaKind::words`] wrote it: a decision compares and
+    /// reads these words without decoding them (two quotas are equal
+    /// exactly when their kinds are).
+    words: [u64; 6],
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota").field("kind", &self.kind()).finish()
+    }
 }
 
 /// A quota's algorithm and limits, validated.
@@ -68,7 +78,86 @@ pub(crate) enum QuotaKind {
     },
 }
 
+/// The first word of each kind of [`Quota`].
+pub(crate) const CELLS: u64 = 0;
+pub(crate) const FIXED_WINDOW: u64 = 1;
+pub(crate) const SLIDING_WINDOW_COUNTER: u64 = 2;
+const SLIDING_LOG: u64 = 3;
+const SLIDING_LOG_WITH_BACKOFF: u64 = 4;
+
 impl QuotaKind {
+    /// The kind in six words: the algorithm, then its numbers (durations in
+    /// nanoseconds; every valid duration fits), unused words zero.
+    fn words(self) -> [u64; 6] {
+        let nanos = crate::clock::duration_nanos;
+        match self {
+            Self::Cells(cells) => {
+                let [interval, burst] = cells.words();
+                [CELLS, interval, burst, 0, 0, 0]
+            }
+            Self::FixedWindow { max, window } => {
+                [FIXED_WINDOW, u64::from(max), nanos(window), 0, 0, 0]
+            }
+            Self::SlidingWindowCounter { max, window } => [
+                SLIDING_WINDOW_COUNTER,
+                u64::from(max),
+                nanos(window),
+                0,
+                0,
+                0,
+            ],
+            Self::SlidingLog {
+                max,
+                window,
+                backoff,
+            } => {
+                let (max, window) = (u64::from(max), nanos(window));
+                match backoff {
+                    None => [SLIDING_LOG, max, window, 0, 0, 0],
+                    Some(b) => {
+                        let multiplier = b.multiplier.to_bits();
+                        let (initial, most) = (nanos(b.initial), nanos(b.max));
+                        [
+                            SLIDING_LOG_WITH_BACKOFF,
+                            max,
+                            window,
+                            initial,
+                            multiplier,
+                            most,
+                        ]
+                    }
+                }
+            }
+        }
+    }
+
+    /// The kind [`words`](QuotaKind::words) wrote.
+    #[inline]
+    fn from_words([kind, a, b, c, d, e]: [u64; 6]) -> Self {
+        let max = || u32::try_from(a).unwrap_or(u32::MAX);
+        let window = || Duration::from_nanos(b);
+        match kind {
+            CELLS => Self::Cells(CellConfig::from_words([a, b])),
+            FIXED_WINDOW => Self::FixedWindow {
+                max: max(),
+                window: window(),
+            },
+            SLIDING_WINDOW_COUNTER => Self::SlidingWindowCounter {
+                max: max(),
+                window: window(),
+            },
+            _ => Self::SlidingLog {
+                max: max(),
+                window: window(),
+                backoff: (kind == SLIDING_LOG_WITH_BACKOFF).then(|| Backoff {
+                    initial: Duration::from_nanos(c),
+                    multiplier: f64::from_bits(d),
+                    max: Duration::from_nanos(e),
+                }),
+            },
+        }
+    }
+
     /// Whether this is GCRA or the token bucket.
     pub(crate) fn is_cells(self) -> bool {
         matches!(self, Self::Cells { .. })
@@ -188,12 +277,10 @@ impl Quota {
     /// ```
     pub fn fixed_window(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
         windows::validate(max_executions, window)?;
-        Ok(Self {
-            kind: QuotaKind::FixedWindow {
-                max: max_executions,
-                window,
-            },
-        })
+        Ok(Self::of(QuotaKind::FixedWindow {
+            max: max_executions,
+            window,
+        }))
     }
 
     /// About `max_executions` starts per rolling `window`, in O(1) memory:
@@ -295,12 +382,10 @@ impl Quota {
         window: Duration,
     ) -> Result<Self, ConfigError> {
         windows::validate(max_executions, window)?;
-        Ok(Self {
-            kind: QuotaKind::SlidingWindowCounter {
-                max: max_executions,
-                window,
-            },
-        })
+        Ok(Self::of(QuotaKind::SlidingWindowCounter {
+            max: max_executions,
+            window,
+        }))
     }
 
     /// At most `max_executions` starts in any sliding `window`, exactly: the
@@ -323,13 +408,11 @@ impl Quota {
     /// ```
     pub fn sliding_log(max_executions: u32, window: Duration) -> Result<Self, ConfigError> {
         windows::validate(max_executions, window)?;
-        Ok(Self {
-            kind: QuotaKind::SlidingLog {
-                max: max_executions,
-                window,
-                backoff: None,
-            },
-        })
+        Ok(Self::of(QuotaKind::SlidingLog {
+            max: max_executions,
+            window,
+            backoff: None,
+        }))
     }
 
     /// The same sliding log, backing off by `backoff` whenever a start fills
@@ -357,7 +440,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn with_backoff(self, backoff: Option<Backoff>) -> Result<Self, ConfigError> {
-        let QuotaKind::SlidingLog { max, window, .. } = self.kind else {
+        let QuotaKind::SlidingLog { max, window, .. } = self.kind() else {
             return Err(ConfigError::new(
                 "backoff",
                 backoff,
@@ -367,13 +450,11 @@ impl Quota {
         if let Some(backoff) = &backoff {
             backoff.validate()?;
         }
-        Ok(Self {
-            kind: QuotaKind::SlidingLog {
-                max,
-                window,
-                backoff,
-            },
-        })
+        Ok(Self::of(QuotaKind::SlidingLog {
+            max,
+            window,
+            backoff,
+        }))
     }
 
     /// The backoff of a sliding log quota, if it has one.
@@ -390,7 +471,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn backoff(&self) -> Option<Backoff> {
-        match self.kind {
+        match self.kind() {
             QuotaKind::SlidingLog { backoff, .. } => backoff,
             _ => None,
         }
@@ -419,7 +500,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn with_burst(self, burst: u32) -> Result<Self, ConfigError> {
-        let QuotaKind::Cells(cells) = self.kind else {
+        let QuotaKind::Cells(cells) = self.kind() else {
             return Err(ConfigError::new(
                 "burst",
                 burst,
@@ -465,7 +546,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn with_pacing_tolerance(self) -> Result<Self, ConfigError> {
-        match self.kind {
+        match self.kind() {
             QuotaKind::Cells(cells) => Ok(Self::cells(cells.paced(true))),
             _ => Err(ConfigError::new(
                 "pacing_tolerance",
@@ -476,9 +557,7 @@ impl Quota {
     }
 
     fn cells(config: CellConfig) -> Self {
-        Self {
-            kind: QuotaKind::Cells(config),
-        }
+        Self::of(QuotaKind::Cells(config))
     }
 
     /// The most one call may cost: the burst, or the window's limit.
@@ -492,13 +571,12 @@ impl Quota {
     /// # Ok(())
     /// # }
     /// ```
+    #[inline]
     pub fn capacity(&self) -> u32 {
-        match self.kind {
-            QuotaKind::Cells(cells) => cells.burst(),
-            QuotaKind::FixedWindow { max, .. }
-            | QuotaKind::SlidingWindowCounter { max, .. }
-            | QuotaKind::SlidingLog { max, .. } => max,
-        }
+        // A GCRA burst word holds the burst in its low 32 bits; the other
+        // kinds keep their limit, a `u32`, in their first number.
+        let [kind, max, burst_word, ..] = self.words;
+        (if kind == CELLS { burst_word } else { max }) as u32
     }
 
     /// The window [`capacity`](Quota::capacity) applies to: a window's
@@ -517,7 +595,7 @@ impl Quota {
     /// # }
     /// ```
     pub fn window(&self) -> Duration {
-        match self.kind {
+        match self.kind() {
             QuotaKind::Cells(cells) => Duration::from_nanos(cells.span()),
             QuotaKind::FixedWindow { window, .. }
             | QuotaKind::SlidingWindowCounter { window, .. }
@@ -536,69 +614,38 @@ impl Quota {
         )
     }
 
-    /// The quota in six words, for a [`QuotaCell`](crate::limiters::internals::quota_cell::QuotaCell):
-    /// the algorithm, then its numbers (durations in nanoseconds; every
-    /// valid duration fits).
-    pub(crate) fn to_words(self) -> [u64; 6] {
-        let nanos = crate::clock::duration_nanos;
-        match self.kind {
-            QuotaKind::Cells(cells) => {
-                let [interval, burst] = cells.words();
-                [0, interval, burst, 0, 0, 0]
-            }
-            QuotaKind::FixedWindow { max, window } => [1, u64::from(max), nanos(window), 0, 0, 0],
-            QuotaKind::SlidingWindowCounter { max, window } => {
-                [2, u64::from(max), nanos(window), 0, 0, 0]
-            }
-            QuotaKind::SlidingLog {
-                max,
-                window,
-                backoff,
-            } => {
-                let (max, window) = (u64::from(max), nanos(window));
-                match backoff {
-                    None => [3, max, window, 0, 0, 0],
-                    Some(b) => {
-                        let multiplier = b.multiplier.to_bits();
-                        [4, max, window, nanos(b.initial), multiplier, nanos(b.max)]
-                    }
-                }
-            }
+    /// A quota of `kind`.
+    fn of(kind: QuotaKind) -> Self {
+        Self {
+            words: kind.words(),
         }
     }
 
-    /// The quota [`to_words`](Quota::to_words) wrote.
-    pub(crate) fn from_words([kind, a, b, c, d, e]: [u64; 6]) -> Self {
-        // Each kind decodes only its own words: a decision reads a GCRA
-        // quota from here on every call.
-        let max = || u32::try_from(a).unwrap_or(u32::MAX);
-        let window = || Duration::from_nanos(b);
-        let kind = match kind {
-            0 => QuotaKind::Cells(CellConfig::from_words([a, b])),
-            1 => QuotaKind::FixedWindow {
-                max: max(),
-                window: window(),
-            },
-            2 => QuotaKind::SlidingWindowCounter {
-                max: max(),
-                window: window(),
-            },
-            _ => QuotaKind::SlidingLog {
-                max: max(),
-                window: window(),
-                backoff: (kind == 4).then(|| Backoff {
-                    initial: Duration::from_nanos(c),
-                    multiplier: f64::from_bits(d),
-                    max: Duration::from_nanos(e),
-                }),
-            },
-        };
-        Self { kind }
+    /// The quota in six words, for a [`QuotaCell`](crate::limiters::internals::quota_cell::QuotaCell).
+    #[inline]
+    pub(crate) fn to_words(self) -> [u64; 6] {
+        self.words
+    }
+
+    /// The quota [`to_words`](Quota::to_words) gave.
+    #[inline]
+    pub(crate) fn from_words(words: [u64; 6]) -> Self {
+        Self { words }
+    }
+
+    /// The algorithm and its first two numbers (GCRA's interval and burst
+    /// word, a window's limit and length): all of a quota that a memory
+    /// store's open line decides by.
+    #[inline]
+    pub(crate) fn line_words(&self) -> [u64; 3] {
+        let [kind, a, b, ..] = self.words;
+        [kind, a, b]
     }
 
     /// What the stores dispatch on.
+    #[inline]
     pub(crate) fn kind(&self) -> QuotaKind {
-        self.kind
+        QuotaKind::from_words(self.words)
     }
 }
 
@@ -620,7 +667,7 @@ pub(crate) fn log_op(op: &'static str, quota: &Quota) -> (&'static str, Option<f
 /// ([`Quota::with_pacing_tolerance`]).
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) fn cells_op(op: &'static str, quota: &Quota) -> &'static str {
-    match quota.kind {
+    match quota.kind() {
         QuotaKind::Cells(cells) if op == "acquire" && cells.is_paced() => "pace",
         _ => op,
     }
