@@ -11,23 +11,11 @@ use crate::limiter::far_future;
 /// At most this many bytes of a bad header value are kept for messages.
 const MAX_SHOWN: usize = 64;
 
-/// A header value that could not be read; the header is ignored.
-///
-/// The message names the header, shows the start of the value (escaped, at
-/// most 64 bytes) and says what was expected.
-///
-/// ```
-/// use tower_limits::http::RetryAfter;
-///
-/// let error = "soon".parse::<RetryAfter>().unwrap_err();
-/// assert_eq!(error.name(), "retry-after");
-/// assert_eq!(
-///     error.to_string(),
-///     "invalid `retry-after` header (\"soon\"): expected delay-seconds (digits) or an HTTP-date"
-/// );
-/// ```
+/// A header value that could not be read; the header is ignored (and
+/// logged). The message names the header, shows the start of the value
+/// (escaped, at most 64 bytes) and says what was expected.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidHeader {
+pub(crate) struct InvalidHeader {
     name: &'static str,
     value: String,
     reason: &'static str,
@@ -41,30 +29,6 @@ impl InvalidHeader {
             value: shown.escape_ascii().to_string(),
             reason,
         }
-    }
-
-    /// The header's name, lowercase.
-    ///
-    /// ```
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// let error = RateLimitStatus::parse_list("\"default\";r=-1;t=5").unwrap_err();
-    /// assert_eq!(error.name(), "ratelimit");
-    /// ```
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// What was expected, such as `"expected delay-seconds (digits) or an HTTP-date"`.
-    ///
-    /// ```
-    /// use tower_limits::http::RetryAfter;
-    ///
-    /// let error = "-5".parse::<RetryAfter>().unwrap_err();
-    /// assert!(error.reason().contains("delay-seconds"));
-    /// ```
-    pub fn reason(&self) -> &'static str {
-        self.reason
     }
 }
 

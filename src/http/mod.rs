@@ -9,7 +9,7 @@
 //! | [`HttpLimitLayer`] | both | a [`LimitLayer`](crate::LimitLayer) whose calls run until their response bodies end ([`LimitBody`]) |
 //! | [`TooManyRequestsLayer`] | server | per client (peer address, or a key of yours): over the limit, `429` (gRPC `RESOURCE_EXHAUSTED`, or `UNAVAILABLE`) with `Retry-After` and `RateLimit` headers, at once, or the answer a [hook](TooManyRequestsLayer::refusal) shapes |
 //! | `LimitMiddleware` (feature `reqwest-middleware`) | client | the limit, the feedback and the retries above as one `reqwest_middleware::Middleware` |
-//! | [`Advice`], [`RetryAfter`], [`RateLimitStatus`], [`RateLimitPolicy`] | both | the header parsers and writers |
+//! | [`Advice`] | client | what a response says to do: proceed, wait (`Retry-After`, the `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers, `X-RateLimit-*`), or back off; for clients outside tower |
 //!
 //! # A client that obeys its upstream
 //!
@@ -73,14 +73,12 @@ mod sf;
 
 pub use advice::Advice;
 pub use body::LimitBody;
-pub use error::{InvalidHeader, RetryLater};
+pub use error::RetryLater;
 pub use feedback::{Feedback, FeedbackLayer};
 pub use limit::{HttpLimit, HttpLimitLayer};
 #[cfg(feature = "reqwest-middleware")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
 pub use middleware::LimitMiddleware;
 pub use peer::{ForwardedHeader, KeyOf, PeerAddr, PeerKey, TrustedProxies};
-pub use ratelimit::{RateLimitPolicy, RateLimitStatus};
 pub use retry::RetryPolicy;
-pub use retry_after::RetryAfter;
 pub use server::{TooManyRequests, TooManyRequestsLayer};

@@ -30,22 +30,8 @@ pub(crate) const RATELIMIT_POLICY: &str = "ratelimit-policy";
 ///
 /// Also read from the draft-07 dictionary (`limit=10, remaining=0,
 /// reset=5`), whose status has an empty name.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_limits::http::RateLimitStatus;
-///
-/// # fn main() -> Result<(), tower_limits::http::InvalidHeader> {
-/// let statuses = RateLimitStatus::parse_list(r#""burst";r=0;t=1, "daily";r=450;t=3600"#)?;
-/// assert_eq!(statuses[0].name(), "burst");
-/// assert_eq!(statuses[0].remaining(), 0);
-/// assert_eq!(statuses[0].reset(), Some(Duration::from_secs(1)));
-/// assert_eq!(statuses[1].remaining(), 450);
-/// # Ok(())
-/// # }
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RateLimitStatus {
+pub(crate) struct RateLimitStatus {
     name: String,
     remaining: u64,
     reset: Option<Duration>,
@@ -54,15 +40,7 @@ pub struct RateLimitStatus {
 impl RateLimitStatus {
     /// A status for the policy `name`: `remaining` units left, and more
     /// after `reset` (none to come: `None`).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// let status = RateLimitStatus::new("default", 0, Some(Duration::from_millis(1_500)));
-    /// assert_eq!(status.to_string(), "\"default\";r=0;t=2"); // seconds, rounded up
-    /// ```
-    pub fn new(name: impl Into<String>, remaining: u64, reset: Option<Duration>) -> Self {
+    pub(crate) fn new(name: impl Into<String>, remaining: u64, reset: Option<Duration>) -> Self {
         Self {
             name: name.into(),
             remaining,
@@ -77,16 +55,7 @@ impl RateLimitStatus {
     ///
     /// [`InvalidHeader`] when the value is not a structured list, or an item
     /// lacks a non-negative `r`, or has a negative or non-integer `t`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// let old = RateLimitStatus::parse_list("limit=100, remaining=0, reset=30").unwrap();
-    /// assert_eq!(old, [RateLimitStatus::new("", 0, Some(Duration::from_secs(30)))]);
-    /// assert!(RateLimitStatus::parse_list("\"default\";t=10").is_err()); // no `r`
-    /// ```
-    pub fn parse_list(value: &str) -> Result<Vec<Self>, InvalidHeader> {
+    pub(crate) fn parse_list(value: &str) -> Result<Vec<Self>, InvalidHeader> {
         let invalid = |reason| InvalidHeader::new(RATELIMIT, value.as_bytes(), reason);
         let members = sf::parse_members(value).map_err(invalid)?;
         if !members.is_empty() && dictionary(&members) {
@@ -102,55 +71,24 @@ impl RateLimitStatus {
     }
 
     /// The quota policy's name (empty for the older header forms).
-    ///
-    /// ```
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// assert_eq!(RateLimitStatus::new("daily", 3, None).name(), "daily");
-    /// ```
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Units left in the current window (`r`).
-    ///
-    /// ```
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// assert_eq!(RateLimitStatus::new("daily", 3, None).remaining(), 3);
-    /// ```
-    pub fn remaining(&self) -> u64 {
+    pub(crate) fn remaining(&self) -> u64 {
         self.remaining
     }
 
     /// Time until more than [`remaining`](RateLimitStatus::remaining) is
     /// available (`t`), if given.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// let status = RateLimitStatus::new("daily", 3, Some(Duration::from_secs(9)));
-    /// assert_eq!(status.reset(), Some(Duration::from_secs(9)));
-    /// ```
-    pub fn reset(&self) -> Option<Duration> {
+    pub(crate) fn reset(&self) -> Option<Duration> {
         self.reset
     }
 
     /// The `RateLimit` header value listing `statuses`; `None` when a name
     /// cannot be sent as a structured-field string.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitStatus;
-    ///
-    /// let value = RateLimitStatus::header_value(&[
-    ///     RateLimitStatus::new("burst", 0, Some(Duration::from_secs(1))),
-    ///     RateLimitStatus::new("daily", 10, Some(Duration::from_secs(60))),
-    /// ]);
-    /// assert_eq!(value.unwrap(), r#""burst";r=0;t=1, "daily";r=10;t=60"#);
-    /// ```
-    pub fn header_value(statuses: &[Self]) -> Option<HeaderValue> {
+    pub(crate) fn header_value(statuses: &[Self]) -> Option<HeaderValue> {
         list_value(statuses)
     }
 }
@@ -168,60 +106,14 @@ impl fmt::Display for RateLimitStatus {
 
 /// One item of a `RateLimit-Policy` field: a quota of `q` units per window
 /// of `w` seconds (`"default";q=100;w=60`).
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_limits::http::RateLimitPolicy;
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let policy = RateLimitPolicy::new("default", 100, Duration::from_secs(60))?;
-/// assert_eq!(policy.to_string(), "\"default\";q=100;w=60");
-///
-/// let read = RateLimitPolicy::parse_list(r#""default";q=100;w=60"#)?;
-/// assert_eq!(read, [policy]);
-/// # Ok(())
-/// # }
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RateLimitPolicy {
+pub(crate) struct RateLimitPolicy {
     name: String,
     quota: u64,
     window: Option<Duration>,
 }
 
 impl RateLimitPolicy {
-    /// A policy named `name` of `quota` units per `window`.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError`] if the name is not printable ASCII (it is sent as a
-    /// structured-field string), the quota is 0 or the window is shorter
-    /// than a second (the field counts whole seconds).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// let error = RateLimitPolicy::new("défaut", 10, Duration::from_secs(1)).unwrap_err();
-    /// assert_eq!(error.field(), "name");
-    /// let error = RateLimitPolicy::new("burst", 10, Duration::from_millis(10)).unwrap_err();
-    /// assert_eq!(error.field(), "window");
-    /// ```
-    pub fn new(name: impl Into<String>, quota: u64, window: Duration) -> Result<Self, ConfigError> {
-        let name = checked_name(name.into())?;
-        if quota == 0 {
-            return Err(ConfigError::new("quota", quota, "must be at least 1"));
-        }
-        if window < Duration::from_secs(1) {
-            return Err(ConfigError::new("window", window, "must be at least 1s"));
-        }
-        Ok(Self {
-            name,
-            quota,
-            window: Some(window),
-        })
-    }
-
     /// The policy `name` of a limiter's quota, as
     /// [`Limiter::quota_status`](crate::Limiter::quota_status) reports it:
     /// what [`TooManyRequestsLayer::advertise`](super::TooManyRequestsLayer::advertise)
@@ -237,26 +129,10 @@ impl RateLimitPolicy {
     ///
     /// [`ConfigError`] if the name is not printable ASCII, or the quota is
     /// empty (a limit of 0, or a window of zero).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    /// use tower_limits::{Limiter, RateLimiter};
-    /// use tower_limits::store::Quota;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let hourly = RateLimiter::builder("api", 1_000, Duration::from_secs(3_600)).build()?;
-    /// let status = hourly.quota_status().await?.expect("a windowed quota");
-    /// assert_eq!(RateLimitPolicy::for_quota("hourly", &status)?.to_string(), "\"hourly\";q=1000;w=3600");
-    ///
-    /// let paced = RateLimiter::in_memory(Quota::gcra(100, Duration::from_secs(1))?); // every 10 ms
-    /// let status = paced.quota_status().await?.expect("a quota");
-    /// assert_eq!(RateLimitPolicy::for_quota("paced", &status)?.to_string(), "\"paced\";q=100;w=1");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn for_quota(name: impl Into<String>, quota: &QuotaStatus) -> Result<Self, ConfigError> {
+    pub(crate) fn for_quota(
+        name: impl Into<String>,
+        quota: &QuotaStatus,
+    ) -> Result<Self, ConfigError> {
         let name = checked_name(name.into())?;
         let (limit, window) = (quota.limit(), quota.window());
         if limit == 0 || window.is_zero() {
@@ -283,16 +159,7 @@ impl RateLimitPolicy {
     ///
     /// [`InvalidHeader`] when the value is not a structured list, or an item
     /// lacks a non-negative integer `q`, or has a bad `w`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// let policies = RateLimitPolicy::parse_list(r#""burst";q=10;w=1, "daily";q=1000;w=86400"#).unwrap();
-    /// assert_eq!(policies[1].window(), Some(Duration::from_secs(86_400)));
-    /// assert!(RateLimitPolicy::parse_list("\"burst\";q=ten").is_err());
-    /// ```
-    pub fn parse_list(value: &str) -> Result<Vec<Self>, InvalidHeader> {
+    pub(crate) fn parse_list(value: &str) -> Result<Vec<Self>, InvalidHeader> {
         let invalid = |reason| InvalidHeader::new(RATELIMIT_POLICY, value.as_bytes(), reason);
         let members = sf::parse_members(value).map_err(invalid)?;
         members
@@ -303,65 +170,22 @@ impl RateLimitPolicy {
     }
 
     /// The policy's name.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// assert_eq!(RateLimitPolicy::new("burst", 5, Duration::from_secs(1))?.name(), "burst");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Units allowed per window (`q`).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// assert_eq!(RateLimitPolicy::new("burst", 5, Duration::from_secs(1))?.quota(), 5);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn quota(&self) -> u64 {
+    pub(crate) fn quota(&self) -> u64 {
         self.quota
     }
 
     /// The window (`w`), if given.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let policy = RateLimitPolicy::new("burst", 5, Duration::from_secs(2))?;
-    /// assert_eq!(policy.window(), Some(Duration::from_secs(2)));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn window(&self) -> Option<Duration> {
+    pub(crate) fn window(&self) -> Option<Duration> {
         self.window
     }
 
     /// The `RateLimit-Policy` header value listing `policies`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RateLimitPolicy;
-    ///
-    /// # fn main() -> Result<(), tower_limits::error::ConfigError> {
-    /// let policy = RateLimitPolicy::new("default", 100, Duration::from_secs(60))?;
-    /// let value = RateLimitPolicy::header_value(&[policy]);
-    /// assert_eq!(value.unwrap(), "\"default\";q=100;w=60");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn header_value(policies: &[Self]) -> Option<HeaderValue> {
+    pub(crate) fn header_value(policies: &[Self]) -> Option<HeaderValue> {
         list_value(policies)
     }
 }
@@ -479,4 +303,26 @@ fn list_value<T: fmt::Display>(items: &[T]) -> Option<HeaderValue> {
         .collect::<Vec<_>>()
         .join(", ");
     HeaderValue::try_from(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_fields_read_back() {
+        let name = "a \"quoted\" \\ name";
+        let status = RateLimitStatus::new(name, 4, Some(Duration::from_millis(2_500)));
+        let value = RateLimitStatus::header_value(std::slice::from_ref(&status));
+        let read = RateLimitStatus::parse_list(value.unwrap().to_str().unwrap());
+        // `t` counts whole seconds, rounded up.
+        let expected = RateLimitStatus::new(name, 4, Some(Duration::from_secs(3)));
+        assert_eq!(read, Ok(vec![expected]));
+
+        let quota = QuotaStatus::new(100, Duration::from_secs(60), 7, None);
+        let policy = RateLimitPolicy::for_quota("default", &quota).unwrap();
+        let value = RateLimitPolicy::header_value(std::slice::from_ref(&policy));
+        let read = RateLimitPolicy::parse_list(value.unwrap().to_str().unwrap());
+        assert_eq!(read, Ok(vec![policy]));
+    }
 }

@@ -19,23 +19,8 @@ const EXPECTED: &str = "expected delay-seconds (digits) or an HTTP-date";
 /// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`),
 /// through the `httpdate` crate. Anything else (a sign, a fraction,
 /// non-ASCII bytes, an impossible date) is an [`InvalidHeader`] error.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use tower_limits::http::RetryAfter;
-///
-/// # fn main() -> Result<(), tower_limits::http::InvalidHeader> {
-/// let delay: RetryAfter = "120".parse()?;
-/// assert_eq!(delay, RetryAfter::Delay(Duration::from_secs(120)));
-///
-/// let date: RetryAfter = "Sun, 06 Nov 1994 08:49:37 GMT".parse()?;
-/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_767); // 10 s earlier
-/// assert_eq!(date.wait_from(now), Duration::from_secs(10));
-/// # Ok(())
-/// # }
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryAfter {
+pub(crate) enum RetryAfter {
     /// Retry after this long.
     Delay(Duration),
     /// Retry at this date.
@@ -43,41 +28,13 @@ pub enum RetryAfter {
 }
 
 impl RetryAfter {
-    /// Reads a header value.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidHeader`] when the value is neither delay-seconds nor an
-    /// HTTP-date.
-    ///
-    /// ```
-    /// use http::HeaderValue;
-    /// use tower_limits::http::RetryAfter;
-    ///
-    /// let value = HeaderValue::from_static("Sunday, 06-Nov-94 08:49:37 GMT");
-    /// assert!(matches!(RetryAfter::parse(&value), Ok(RetryAfter::Date(_))));
-    /// assert!(RetryAfter::parse(&HeaderValue::from_static("1.5")).is_err());
-    /// ```
-    pub fn parse(value: &HeaderValue) -> Result<Self, InvalidHeader> {
-        Self::from_bytes(value.as_bytes())
-    }
-
     /// Reads raw header bytes (any bytes; never panics).
     ///
     /// # Errors
     ///
     /// [`InvalidHeader`] when the bytes are neither delay-seconds nor an
     /// HTTP-date.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RetryAfter;
-    ///
-    /// let huge = RetryAfter::from_bytes(b"99999999999999999999999").unwrap();
-    /// assert_eq!(huge, RetryAfter::Delay(Duration::from_secs(u64::MAX)));
-    /// assert!(RetryAfter::from_bytes(b"\xff\xfe").is_err());
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, InvalidHeader> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, InvalidHeader> {
         let invalid = || InvalidHeader::new(NAME, bytes, EXPECTED);
         let text = std::str::from_utf8(bytes).map_err(|_| invalid())?.trim();
         if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
@@ -90,15 +47,7 @@ impl RetryAfter {
 
     /// How long to wait from `now`: the delay, or the time until the date
     /// (zero for a date in the past).
-    ///
-    /// ```
-    /// use std::time::{Duration, SystemTime};
-    /// use tower_limits::http::RetryAfter;
-    ///
-    /// let past = RetryAfter::Date(SystemTime::UNIX_EPOCH);
-    /// assert_eq!(past.wait_from(SystemTime::now()), Duration::ZERO);
-    /// ```
-    pub fn wait_from(&self, now: SystemTime) -> Duration {
+    pub(crate) fn wait_from(&self, now: SystemTime) -> Duration {
         match *self {
             Self::Delay(delay) => delay,
             Self::Date(date) => date.duration_since(now).unwrap_or(Duration::ZERO),
@@ -107,16 +56,7 @@ impl RetryAfter {
 
     /// The header value a server sends for a wait of `wait`: whole seconds,
     /// rounded up, so a positive wait is never advertised as `0`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_limits::http::RetryAfter;
-    ///
-    /// assert_eq!(RetryAfter::header_value(Duration::from_millis(1)), "1");
-    /// assert_eq!(RetryAfter::header_value(Duration::from_millis(2_001)), "3");
-    /// assert_eq!(RetryAfter::header_value(Duration::ZERO), "0");
-    /// ```
-    pub fn header_value(wait: Duration) -> HeaderValue {
+    pub(crate) fn header_value(wait: Duration) -> HeaderValue {
         HeaderValue::from(whole_seconds_up(wait))
     }
 }

@@ -260,7 +260,9 @@ impl<K, L, X, R> TooManyRequestsLayer<K, L, X, R> {
     /// rejections (and, with
     /// [`headers_on_success`](TooManyRequestsLayer::headers_on_success), on
     /// admitted responses) `RateLimit-Policy` carries the quota and window
-    /// of the key's limiter ([`RateLimitPolicy::for_quota`]) and `RateLimit`
+    /// of the key's limiter (a window that is not a whole number of seconds
+    /// is rounded up and its quota scaled down, so the policy never states a
+    /// higher rate than the limiter's) and `RateLimit`
     /// where the key stands: `r`, the units it would admit now, and `t`,
     /// the seconds until it would admit more than `r` (the draft's time
     /// until more quota is made available). Both are read from the
