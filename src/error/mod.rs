@@ -295,16 +295,7 @@ pub struct BucketFull {
 
 impl BucketFull {
     /// A full queue of `capacity` units, with room again at `retry_at`.
-    ///
-    /// ```
-    /// use tokio::time::Instant;
-    /// use tower_limits::error::BucketFull;
-    ///
-    /// let at = Instant::now();
-    /// let full = BucketFull::new(8, at);
-    /// assert_eq!((full.capacity(), full.retry_at()), (8, at));
-    /// ```
-    pub fn new(capacity: u32, retry_at: Instant) -> Self {
+    pub(crate) fn new(capacity: u32, retry_at: Instant) -> Self {
         Self { capacity, retry_at }
     }
 
@@ -408,11 +399,7 @@ pub struct KeysFull {
 
 impl KeysFull {
     /// A keyed limiter whose shard of `max_keys` keys is all in use.
-    ///
-    /// ```
-    /// assert_eq!(tower_limits::error::KeysFull::new(64).max_keys(), 64);
-    /// ```
-    pub fn new(max_keys: usize) -> Self {
+    pub(crate) fn new(max_keys: usize) -> Self {
         Self { max_keys }
     }
 
