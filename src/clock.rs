@@ -76,19 +76,6 @@ use tokio::time::Instant;
 mod counter {
     use std::sync::OnceLock;
 
-    static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
-
-    #[inline]
-    fn counter() -> &'static quanta::Clock {
-        COUNTER.get_or_init(quanta::Clock::new)
-    }
-
-    /// The counter's reading, in its own units.
-    #[inline]
-    pub(super) fn raw() -> u64 {
-        counter().raw()
-    }
-
     /// quanta's calibration is off by tens to hundreds of parts per million
     /// (measured on a virtual machine: 21 ppm slow in a release build, 150
     /// ppm fast in a debug build). A clock that runs fast makes a window
@@ -96,11 +83,44 @@ mod counter {
     /// slow: a window of this clock is never shorter than the real one.
     const SLOW_SHIFT: u32 = 11;
 
-    /// This clock's nanoseconds between two readings.
+    /// The counter and its scale: nanoseconds per 2³² ticks as quanta
+    /// calibrated them, made [`SLOW_SHIFT`] slow. One multiplication turns
+    /// ticks into nanoseconds (quanta's own conversion, with the slowing
+    /// after it, was about a third of a GCRA decision).
+    struct Counter {
+        clock: quanta::Clock,
+        nanos_per_2_32_ticks: u64,
+    }
+
+    static COUNTER: OnceLock<Counter> = OnceLock::new();
+
     #[inline]
-    pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
-        let real = counter().delta_as_nanos(from, to);
-        real - (real >> SLOW_SHIFT)
+    fn counter() -> &'static Counter {
+        COUNTER.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let real = clock.delta_as_nanos(0, 1 << 32);
+            Counter {
+                clock,
+                nanos_per_2_32_ticks: real - (real >> SLOW_SHIFT),
+            }
+        })
+    }
+
+    /// The counter's reading, in its own units.
+    #[inline]
+    pub(super) fn raw() -> u64 {
+        counter().clock.raw()
+    }
+
+    /// This clock's nanoseconds from the reading `from` to now (0 if the
+    /// counter reads `from` or less).
+    #[inline]
+    pub(super) fn nanos_since(from: u64) -> u64 {
+        let counter = counter();
+        let ticks = u128::from(counter.clock.raw().saturating_sub(from));
+        let nanos = (ticks * u128::from(counter.nanos_per_2_32_ticks)) >> 32;
+        // Saturates only past 2⁶⁴ nanoseconds (centuries).
+        u64::try_from(nanos).unwrap_or(u64::MAX)
     }
 }
 
@@ -119,10 +139,10 @@ mod counter {
         super::duration_nanos(ORIGIN.get_or_init(Instant::now).elapsed())
     }
 
-    /// Nanoseconds between two readings.
+    /// Nanoseconds from the reading `from` to now.
     #[inline]
-    pub(super) fn nanos_between(from: u64, to: u64) -> u64 {
-        to.saturating_sub(from)
+    pub(super) fn nanos_since(from: u64) -> u64 {
+        raw().saturating_sub(from)
     }
 }
 
@@ -272,7 +292,7 @@ impl Clock {
     pub(crate) fn now_nanos(&self) -> u64 {
         match &self.source {
             Source::Tokio => duration_nanos(Instant::now().saturating_duration_since(self.epoch)),
-            Source::Counter { epoch_raw } => counter::nanos_between(*epoch_raw, counter::raw()),
+            Source::Counter { epoch_raw } => counter::nanos_since(*epoch_raw),
         }
     }
 
