@@ -129,9 +129,8 @@ fn the_lock_free_and_the_locked_path_keep_one_bound() {
 /// line, a meddler whose refunds, looks and status reads close and reopen
 /// it. Neither kind lets a window count more than its limit, so the grants
 /// ticketed with a window, less those given back, are at most the limit in
-/// every window. Ten-microsecond windows move the line's base often (the
-/// counter's word holds 2^15 windows past it), so the lock reopens it from
-/// a new base many times a second.
+/// every window. Ten-microsecond windows roll the word's window index many
+/// times a second, racing the meddler's reopenings.
 #[test]
 fn windows_keep_their_limit_on_both_paths() {
     for (what, quota) in [
@@ -156,11 +155,38 @@ fn windows_keep_their_limit_on_both_paths() {
 /// Grants counted by window, less those given back.
 type PerWindow = std::collections::HashMap<u64, i64>;
 
+/// Runs of [`windows_hold`] before a run that filled no window fails: on a
+/// loaded machine a run's threads may get too little time to fill one (a
+/// sliding window counter fills a window only when the last one was quiet).
+const ATTEMPTS: u32 = 5;
+
+/// No window of `quota` above its limit in any run; and some run fills a
+/// window and gives grants back, or the test proved nothing.
 fn windows_hold(what: &str, quota: Quota) {
+    let max = i64::from(quota.capacity());
+    for attempt in 1..=ATTEMPTS {
+        let (net, given_back) = contend(&quota);
+        let over: Vec<_> = net.iter().filter(|&(_, &count)| count > max).collect();
+        let fullest = net.values().copied().max().unwrap_or(0);
+        println!(
+            "{what}, run {attempt}: {} windows, fullest {fullest}, {given_back} given back",
+            net.len()
+        );
+        assert!(over.is_empty(), "{what}: windows above {max}: {over:?}");
+        if fullest == max && given_back > 0 {
+            return;
+        }
+    }
+    panic!("{what}: no run of {ATTEMPTS} filled a window and gave back: the test proved nothing");
+}
+
+/// Two takers and a meddler on one key of `quota` for half of [`RUN`]:
+/// the grants per window, less those given back, and how many were.
+fn contend(quota: &Quota) -> (PerWindow, u64) {
     let store = MemoryStore::new();
     let stop = Arc::new(AtomicBool::new(false));
     let worker = |meddles: bool| {
-        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        let (store, stop, quota) = (store.clone(), Arc::clone(&stop), *quota);
         thread::spawn(move || {
             let key = store.quota_key("open-line");
             let mut counted = PerWindow::new();
@@ -195,17 +221,5 @@ fn windows_hold(what: &str, quota: Quota) {
             *net.entry(window).or_default() += count;
         }
     }
-    let max = i64::from(quota.capacity());
-    let over: Vec<_> = net.iter().filter(|&(_, &count)| count > max).collect();
-    let fullest = net.values().copied().max().unwrap_or(0);
-    println!(
-        "{what}: {} windows, fullest {fullest}, {given_back} given back",
-        net.len()
-    );
-    assert!(over.is_empty(), "{what}: windows above {max}: {over:?}");
-    assert_eq!(
-        fullest, max,
-        "{what}: no window was filled: the run proved nothing"
-    );
-    assert!(given_back > 0, "{what}: the meddler gave nothing back");
+    (net, given_back)
 }

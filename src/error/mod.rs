@@ -407,7 +407,18 @@ impl KeysFull {
     /// `max_keys`, shared out among its shards).
     ///
     /// ```
-    /// assert_eq!(tower_limits::error::KeysFull::new(8).max_keys(), 8);
+    /// use tower_limits::error::KeysFull;
+    /// use tower_limits::limiter::Admission;
+    /// use tower_limits::{ConcurrencyLimiter, KeyedLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_peer = KeyedLimiter::of(ConcurrencyLimiter::new(1)?).max_keys(1).build()?;
+    /// let Admission::Granted(_running) = per_peer.try_acquire(&"a").await? else { unreachable!() };
+    /// let error = per_peer.try_acquire(&"b").await.unwrap_err();
+    /// assert_eq!(error.get_ref().downcast_ref::<KeysFull>().map(KeysFull::max_keys), Some(1));
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn max_keys(&self) -> usize {
         self.max_keys
