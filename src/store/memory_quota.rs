@@ -154,16 +154,9 @@ impl MemoryStore {
     fn decision(&self, decision: Result<u64, u64>) -> WindowDecision {
         match decision {
             Ok(ticket) => WindowDecision::Granted { ticket },
-            Err(at) => self.denied_until(at),
-        }
-    }
-
-    /// A denial until `at`, in the clock's nanoseconds: out of line, so a
-    /// grant's path stays short enough to inline.
-    #[inline(never)]
-    fn denied_until(&self, at: u64) -> WindowDecision {
-        WindowDecision::Denied {
-            retry_at: self.instant_of(at),
+            Err(at) => WindowDecision::Denied {
+                retry_at: self.instant_of(at),
+            },
         }
     }
 }
