@@ -18,7 +18,10 @@
 //! `stack`, `tower_stack`, `concurrency_layer`, `tower_concurrency_layer`.
 //! The quotas are `limiters`' (none of them ever denies). Compare binaries
 //! built alike: how much the compiler inlines depends on what else the binary
-//! holds.
+//! holds, and with the default 16 code-generation units on how the code
+//! happens to be split among them (governor's `check` read 67 or 98 in two
+//! builds that changed only tower-limits). Building with
+//! `CARGO_PROFILE_BENCH_CODEGEN_UNITS=1` takes that split away.
 
 use std::convert::Infallible;
 use std::future::{Future, Ready, ready};

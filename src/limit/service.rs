@@ -220,7 +220,10 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         if let State::Idle = self.state {
-            self.state = self.start();
+            let started = self.start();
+            // `Idle` holds nothing: forgetting it spares the call to the
+            // drop glue of a whole `State` that an assignment makes.
+            std::mem::forget(std::mem::replace(&mut self.state, started));
         }
         if let State::Waiting(wait) = &mut self.state {
             self.state = match ready!(wait.as_mut().poll(cx)) {

@@ -2,6 +2,7 @@
 //! does.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// What a limiter does when a [`Permit`] it granted goes away.
@@ -175,17 +176,62 @@ impl Cost {
     }
 }
 
+/// What a permit holds. Its resources are `ManuallyDrop`, so that a
+/// `PermitKind` has no drop glue: dropping a permit is its `Drop` alone, one
+/// test that inlines into every caller (with glue, the compiler kept a call
+/// for every permit dropped, and for everything holding one). A kind leaves
+/// its permit only through [`Permit::take`], which hands it back as a
+/// [`Taken`] that owns what it holds as usual.
 enum PermitKind {
+    Unit,
+    Token(u64),
+    Held {
+        release: ManuallyDrop<Arc<dyn Release>>,
+        token: u64,
+    },
+    /// Permits inside this one.
+    Nested(ManuallyDrop<Box<Nested>>),
+}
+
+/// A [`PermitKind`] taken out of its permit: dropping it drops what it
+/// holds (nested permits release themselves; a release is not told).
+enum Taken {
     Unit,
     Token(u64),
     Held {
         release: Arc<dyn Release>,
         token: u64,
     },
+    Nested(Box<Nested>),
+}
+
+impl Taken {
+    /// The kind to keep in a permit.
+    #[inline]
+    fn into_kind(self) -> PermitKind {
+        match self {
+            Taken::Unit => PermitKind::Unit,
+            Taken::Token(token) => PermitKind::Token(token),
+            Taken::Held { release, token } => PermitKind::Held {
+                release: ManuallyDrop::new(release),
+                token,
+            },
+            Taken::Nested(nested) => PermitKind::Nested(ManuallyDrop::new(nested)),
+        }
+    }
+
+    fn nested(nested: Nested) -> Self {
+        Taken::Nested(Box::new(nested))
+    }
+}
+
+/// The permits a permit can hold.
+enum Nested {
+    /// A composite's grant: released together.
     Many(Vec<Permit>),
     /// A second limiter's grant, kept apart from the wrapping limiter's own
     /// (a [`Failover`](crate::Failover)'s fallback).
-    Wrapped(Box<Permit>),
+    Wrapped(Permit),
 }
 
 impl Permit {
@@ -226,7 +272,7 @@ impl Permit {
     #[inline]
     pub fn new(release: Arc<dyn Release>, token: u64) -> Self {
         Self {
-            kind: PermitKind::Held { release, token },
+            kind: Taken::Held { release, token }.into_kind(),
             cost: Cost::ONE,
         }
     }
@@ -257,7 +303,7 @@ impl Permit {
     pub fn many(permits: Vec<Permit>) -> Self {
         let cost = permits.iter().map(Permit::cost).max().unwrap_or(1);
         Self {
-            kind: PermitKind::Many(permits),
+            kind: Taken::nested(Nested::Many(permits)).into_kind(),
             cost: Cost::new(cost),
         }
     }
@@ -267,24 +313,33 @@ impl Permit {
     pub(crate) fn wrap(permit: Permit) -> Self {
         Self {
             cost: permit.cost,
-            kind: PermitKind::Wrapped(Box::new(permit)),
+            kind: Taken::nested(Nested::Wrapped(permit)).into_kind(),
         }
     }
 
     /// The permit inside a [`Permit::wrap`], if this is one.
     pub(crate) fn wrapped_mut(&mut self) -> Option<&mut Permit> {
         match &mut self.kind {
-            PermitKind::Wrapped(permit) => Some(permit),
+            PermitKind::Nested(nested) => match &mut ***nested {
+                Nested::Wrapped(permit) => Some(permit),
+                Nested::Many(_) => None,
+            },
             _ => None,
         }
     }
 
     /// The permit inside a [`Permit::wrap`]; otherwise the permit itself.
     pub(crate) fn unwrap_wrapped(mut self) -> Result<Permit, Permit> {
-        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Wrapped(permit) => Ok(*permit),
-            kind => {
-                self.kind = kind;
+        match self.take() {
+            Taken::Nested(nested) => match *nested {
+                Nested::Wrapped(permit) => Ok(permit),
+                many => {
+                    self.kind = Taken::nested(many).into_kind();
+                    Err(self)
+                }
+            },
+            taken => {
+                self.kind = taken.into_kind();
                 Err(self)
             }
         }
@@ -302,7 +357,7 @@ impl Permit {
     pub fn token(&self) -> Option<u64> {
         match self.kind {
             PermitKind::Token(token) | PermitKind::Held { token, .. } => Some(token),
-            PermitKind::Unit | PermitKind::Many(_) | PermitKind::Wrapped(_) => None,
+            PermitKind::Unit | PermitKind::Nested(_) => None,
         }
     }
 
@@ -328,17 +383,24 @@ impl Permit {
     /// The permits of a [`Permit::many`], in order; otherwise the permit itself.
     pub(crate) fn into_parts(mut self) -> Vec<Permit> {
         let cost = self.cost;
-        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Many(permits) => permits,
-            kind => vec![Permit { kind, cost }],
-        }
+        let taken = match self.take() {
+            Taken::Nested(nested) => match *nested {
+                Nested::Many(permits) => return permits,
+                wrapped => Taken::nested(wrapped),
+            },
+            taken => taken,
+        };
+        vec![Permit {
+            kind: taken.into_kind(),
+            cost,
+        }]
     }
 
     /// The token and cost, with the permit taken apart so that dropping it
     /// records nothing: for a limiter's own [`Limiter::refund`](super::Limiter::refund).
     pub(crate) fn disarm(mut self) -> (Option<u64>, u32) {
         let token = self.token();
-        self.kind = PermitKind::Unit;
+        drop(self.take());
         (token, self.cost.get())
     }
 
@@ -359,28 +421,52 @@ impl Permit {
     pub(crate) fn settled_for_good(&mut self, cost: u32) {
         self.cost = Cost::new(cost);
         if matches!(self.kind, PermitKind::Token(_)) {
-            self.kind = PermitKind::Unit;
+            drop(self.take());
         }
     }
 
     /// The permits of a [`Permit::many`], to settle one by one.
     pub(crate) fn parts_mut(&mut self) -> &mut [Permit] {
-        if !matches!(self.kind, PermitKind::Many(_)) {
+        let is_many = match &self.kind {
+            PermitKind::Nested(nested) => matches!(***nested, Nested::Many(_)),
+            _ => false,
+        };
+        if !is_many {
             return std::slice::from_mut(self);
         }
         match &mut self.kind {
-            PermitKind::Many(permits) => permits,
+            PermitKind::Nested(nested) => match &mut ***nested {
+                Nested::Many(permits) => permits,
+                Nested::Wrapped(_) => &mut [],
+            },
             _ => &mut [],
         }
     }
 
     /// Returns an unused permit through its [`Release::refund`], if it has one.
     pub(crate) fn refund_held(mut self) {
+        match self.take() {
+            Taken::Held { release, token } => release.refund(token),
+            Taken::Nested(nested) => match *nested {
+                Nested::Many(permits) => permits.into_iter().for_each(Permit::refund_held),
+                Nested::Wrapped(permit) => permit.refund_held(),
+            },
+            Taken::Unit | Taken::Token(_) => {}
+        }
+    }
+
+    /// The kind, leaving nothing in the permit: the one way a kind leaves
+    /// its permit (see [`PermitKind`]).
+    #[inline]
+    fn take(&mut self) -> Taken {
         match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Held { release, token } => release.refund(token),
-            PermitKind::Many(permits) => permits.into_iter().for_each(Permit::refund_held),
-            PermitKind::Wrapped(permit) => permit.refund_held(),
-            PermitKind::Unit | PermitKind::Token(_) => {}
+            PermitKind::Unit => Taken::Unit,
+            PermitKind::Token(token) => Taken::Token(token),
+            PermitKind::Held { release, token } => Taken::Held {
+                release: ManuallyDrop::into_inner(release),
+                token,
+            },
+            PermitKind::Nested(nested) => Taken::Nested(ManuallyDrop::into_inner(nested)),
         }
     }
 }
@@ -390,7 +476,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         // The permits of in-memory rate limiters hold nothing: keep their
         // drop to one test, inlined into the caller.
-        if matches!(self.kind, PermitKind::Held { .. } | PermitKind::Many(_)) {
+        if matches!(self.kind, PermitKind::Held { .. } | PermitKind::Nested(_)) {
             self.release();
         }
     }
@@ -400,10 +486,10 @@ impl Permit {
     #[cold]
     #[inline(never)]
     fn release(&mut self) {
-        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Held { release, token } => release.complete(token),
-            // A `Many`'s permits release themselves as they drop.
-            other => drop(other),
+        match self.take() {
+            Taken::Held { release, token } => release.complete(token),
+            // Nested permits release themselves as they drop.
+            taken => drop(taken),
         }
     }
 }
@@ -415,8 +501,100 @@ impl fmt::Debug for Permit {
             PermitKind::Token(token) | PermitKind::Held { token, .. } => {
                 f.debug_struct("Permit").field("token", token).finish()
             }
-            PermitKind::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),
-            PermitKind::Wrapped(permit) => f.debug_tuple("Permit").field(permit).finish(),
+            PermitKind::Nested(nested) => match &***nested {
+                Nested::Many(permits) => f.debug_tuple("Permit").field(permits).finish(),
+                Nested::Wrapped(permit) => f.debug_tuple("Permit").field(permit).finish(),
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
+    use super::*;
+
+    /// Counts what its permits told it.
+    #[derive(Default)]
+    struct Counted {
+        completed: AtomicU32,
+        refunded: AtomicU32,
+    }
+
+    impl Release for Counted {
+        fn complete(self: Arc<Self>, _token: u64) {
+            self.completed.fetch_add(1, SeqCst);
+        }
+
+        fn refund(self: Arc<Self>, _token: u64) {
+            self.refunded.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Runs `use_permits` on two permits of one release, then checks that
+    /// no handle to it is left (none leaked, none dropped twice: the count
+    /// would have underflowed first) and returns (completed, refunded).
+    fn told(use_permits: impl FnOnce(Permit, Permit)) -> (u32, u32) {
+        let counted = Arc::new(Counted::default());
+        let permit = || Permit::new(Arc::clone(&counted) as Arc<dyn Release>, 7).with_cost(3);
+        use_permits(permit(), permit());
+        assert_eq!(Arc::strong_count(&counted), 1, "a handle leaked");
+        (
+            counted.completed.load(SeqCst),
+            counted.refunded.load(SeqCst),
+        )
+    }
+
+    #[test]
+    fn every_path_lets_go_of_the_release_once() {
+        assert_eq!(told(|a, b| drop((a, b))), (2, 0));
+        assert_eq!(told(|a, b| drop(Permit::many(vec![a, b]))), (2, 0));
+        assert_eq!(told(|a, b| drop((Permit::wrap(a), b))), (2, 0));
+        assert_eq!(told(|a, b| Permit::many(vec![a, b]).refund_held()), (0, 2));
+        assert_eq!(
+            told(|a, b| Permit::wrap(Permit::many(vec![a, b])).refund_held()),
+            (0, 2)
+        );
+        // Disarmed: nobody is told, and the handle still goes.
+        let disarmed = told(|a, b| {
+            assert_eq!(a.disarm(), (Some(7), 3));
+            b.refund_held();
+        });
+        assert_eq!(disarmed, (0, 1));
+        let taken_apart = told(|a, b| {
+            let parts = Permit::many(vec![a, b]).into_parts();
+            assert_eq!(parts.len(), 2);
+            let unwrapped = Permit::wrap(Permit::many(parts)).unwrap_wrapped();
+            let not_wrapped = unwrapped.map(Permit::unwrap_wrapped);
+            assert!(matches!(not_wrapped, Ok(Err(_))));
+        });
+        assert_eq!(taken_apart, (2, 0));
+    }
+
+    #[test]
+    fn nested_permits_are_reached_in_place() {
+        let (completed, _) = told(|a, b| {
+            let mut many = Permit::many(vec![a, b]);
+            many.parts_mut()
+                .iter_mut()
+                .for_each(|part| part.settled(1, Some(9)));
+            let tokens: Vec<_> = many
+                .into_parts()
+                .iter()
+                .map(|part| (part.token(), part.cost()))
+                .collect();
+            assert_eq!(tokens, [(Some(9), 1), (Some(9), 1)]);
+        });
+        assert_eq!(completed, 2);
+        let mut wrapped = Permit::wrap(Permit::with_token(4));
+        assert_eq!(
+            wrapped.wrapped_mut().and_then(|inner| inner.token()),
+            Some(4)
+        );
+        assert_eq!(wrapped.token(), None);
+        let mut token = Permit::with_token(5);
+        token.settled_for_good(2);
+        assert_eq!((token.token(), token.cost()), (None, 2));
     }
 }
