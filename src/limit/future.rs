@@ -61,7 +61,7 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: CallOrRefusal<F>,
-        permit: Option<Permit>,
+        permit: Permit,
     }
 }
 
@@ -69,7 +69,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, permit: Permit) -> Self {
         Self {
             inner: CallOrRefusal::call(inner),
-            permit: Some(permit),
+            permit,
         }
     }
 
@@ -78,7 +78,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn refused(error: BoxError) -> Self {
         Self {
             inner: CallOrRefusal::refusal(error),
-            permit: None,
+            permit: Permit::unit(),
         }
     }
 }
@@ -133,7 +133,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let output = ready!(this.inner.poll(cx));
-        this.permit.take();
+        // Released now, not when the future is dropped.
+        drop(std::mem::replace(this.permit, Permit::unit()));
         Poll::Ready(output)
     }
 }
