@@ -14,8 +14,9 @@
 //! ```
 //!
 //! Arguments name the paths to run (all by default): `governor`, `gcra`,
-//! `fixed_window`, `sliding_window_counter`, `concurrency`, `semaphore`,
-//! `stack`, `tower_stack`, `concurrency_layer`, `tower_concurrency_layer`.
+//! `fixed_window`, `sliding_window_counter`, `sliding_log`, `concurrency`,
+//! `semaphore`, `stack`, `sliding_log_stack`, `tower_stack`,
+//! `concurrency_layer`, `tower_concurrency_layer`.
 //! The quotas are `limiters`' (none of them ever denies). Compare binaries
 //! built alike: how much the compiler inlines depends on what else the binary
 //! holds, and with the default 16 code-generation units on how the code
@@ -107,6 +108,9 @@ counted!(
     "sliding_window_counter",
     |limiter: &RateLimiter| { grant(limiter) }
 );
+counted!(calls_sliding_log, "sliding_log", |limiter: &RateLimiter| {
+    grant(limiter)
+});
 counted!(
     calls_concurrency,
     "concurrency",
@@ -122,6 +126,11 @@ counted!(
 counted!(calls_stack, "stack", |service: &mut impl Service<u32>| {
     ready_call(service)
 });
+counted!(
+    calls_sliding_log_stack,
+    "sliding_log_stack",
+    |service: &mut impl Service<u32>| ready_call(service)
+);
 counted!(
     calls_tower_stack,
     "tower_stack",
@@ -152,6 +161,12 @@ fn gcra() -> RateLimiter {
             .and_then(|quota| quota.with_burst(per_second))
             .and_then(Quota::with_pacing_tolerance),
     )
+}
+
+/// `limiters`' sliding log: a window no run fills, without the backoff
+/// (which only a full window sets off).
+fn sliding_log() -> RateLimiter {
+    in_memory(Quota::sliding_log(1_000_000, Duration::from_millis(1)))
 }
 
 fn concurrency() -> ConcurrencyLimiter {
@@ -189,6 +204,9 @@ fn main() {
         let quota = Quota::sliding_window_counter((1 << 24) - 1, Duration::from_millis(1));
         calls_sliding_window_counter(&in_memory(quota));
     }
+    if runs("sliding_log") {
+        calls_sliding_log(&sliding_log());
+    }
     if runs("concurrency") {
         calls_concurrency(&concurrency());
     }
@@ -198,6 +216,10 @@ fn main() {
     if runs("stack") {
         let rate = LimitLayer::new(gcra()).layer(Noop);
         calls_stack(&mut LimitLayer::new(concurrency()).layer(rate));
+    }
+    if runs("sliding_log_stack") {
+        let rate = LimitLayer::new(sliding_log()).layer(Noop);
+        calls_sliding_log_stack(&mut LimitLayer::new(concurrency()).layer(rate));
     }
     if runs("tower_stack") {
         let rate = tower::limit::rate::Rate::new(u64::MAX, Duration::from_secs(1));
