@@ -176,48 +176,60 @@ impl Cost {
     }
 }
 
-/// What a permit holds. Its resources are `ManuallyDrop`, so that a
-/// `PermitKind` has no drop glue: dropping a permit is its `Drop` alone (a
-/// test), and the drop glue of what holds a permit (a layer's state, a
-/// response future) is small enough to inline. A kind leaves
-/// its permit only through [`Permit::take`], which hands it back as a
-/// [`Taken`] that owns what it holds as usual.
-enum PermitKind {
+/// What a permit holds: nothing, a token, a release and its token, or
+/// permits inside it; the release (`R`) and the nested permits (`N`) held
+/// as [`PermitKind`] or [`Taken`] says.
+enum Kind<R, N> {
     Unit,
     Token(u64),
     Held {
-        release: ManuallyDrop<Arc<dyn Release>>,
+        release: R,
         token: u64,
     },
     /// Permits inside this one.
-    Nested(ManuallyDrop<Box<Nested>>),
+    Nested(N),
 }
 
-/// A [`PermitKind`] taken out of its permit: dropping it drops what it
-/// holds (nested permits release themselves; a release is not told).
-enum Taken {
-    Unit,
-    Token(u64),
-    Held {
-        release: Arc<dyn Release>,
-        token: u64,
-    },
-    Nested(Box<Nested>),
+/// What a permit keeps. Its resources are `ManuallyDrop`, so that a
+/// `PermitKind` has no drop glue: dropping a permit is its `Drop` alone (a
+/// test), and the drop glue of what holds a permit (a layer's state, a
+/// response future) is small enough to inline. A kind leaves its permit
+/// only through [`Permit::take`], which hands it back as a [`Taken`].
+type PermitKind = Kind<ManuallyDrop<Arc<dyn Release>>, ManuallyDrop<Box<Nested>>>;
+
+/// A [`PermitKind`] taken out of its permit, owning what it holds as
+/// usual: dropping it drops that (nested permits release themselves; a
+/// release is not told).
+type Taken = Kind<Arc<dyn Release>, Box<Nested>>;
+
+impl<R, N> Kind<R, N> {
+    /// The same kind, with what it holds converted.
+    #[inline]
+    fn map<R2, N2>(
+        self,
+        release: impl FnOnce(R) -> R2,
+        nested: impl FnOnce(N) -> N2,
+    ) -> Kind<R2, N2> {
+        match self {
+            Kind::Unit => Kind::Unit,
+            Kind::Token(token) => Kind::Token(token),
+            Kind::Held {
+                release: held,
+                token,
+            } => Kind::Held {
+                release: release(held),
+                token,
+            },
+            Kind::Nested(inner) => Kind::Nested(nested(inner)),
+        }
+    }
 }
 
 impl Taken {
     /// The kind to keep in a permit.
     #[inline]
     fn into_kind(self) -> PermitKind {
-        match self {
-            Taken::Unit => PermitKind::Unit,
-            Taken::Token(token) => PermitKind::Token(token),
-            Taken::Held { release, token } => PermitKind::Held {
-                release: ManuallyDrop::new(release),
-                token,
-            },
-            Taken::Nested(nested) => PermitKind::Nested(ManuallyDrop::new(nested)),
-        }
+        self.map(ManuallyDrop::new, ManuallyDrop::new)
     }
 
     fn nested(nested: Nested) -> Self {
@@ -459,15 +471,8 @@ impl Permit {
     /// its permit (see [`PermitKind`]).
     #[inline]
     fn take(&mut self) -> Taken {
-        match std::mem::replace(&mut self.kind, PermitKind::Unit) {
-            PermitKind::Unit => Taken::Unit,
-            PermitKind::Token(token) => Taken::Token(token),
-            PermitKind::Held { release, token } => Taken::Held {
-                release: ManuallyDrop::into_inner(release),
-                token,
-            },
-            PermitKind::Nested(nested) => Taken::Nested(ManuallyDrop::into_inner(nested)),
-        }
+        let kind = std::mem::replace(&mut self.kind, PermitKind::Unit);
+        kind.map(ManuallyDrop::into_inner, ManuallyDrop::into_inner)
     }
 }
 
