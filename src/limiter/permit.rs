@@ -331,11 +331,24 @@ impl Permit {
 
     /// The permit inside a [`Permit::wrap`], if this is one.
     pub(crate) fn wrapped_mut(&mut self) -> Option<&mut Permit> {
+        match self.nested_mut() {
+            Some(Nested::Wrapped(permit)) => Some(permit),
+            _ => None,
+        }
+    }
+
+    /// The permits inside this one, if it holds any.
+    fn nested(&self) -> Option<&Nested> {
+        match &self.kind {
+            PermitKind::Nested(nested) => Some(nested),
+            _ => None,
+        }
+    }
+
+    /// [`nested`](Self::nested), to change in place.
+    fn nested_mut(&mut self) -> Option<&mut Nested> {
         match &mut self.kind {
-            PermitKind::Nested(nested) => match &mut ***nested {
-                Nested::Wrapped(permit) => Some(permit),
-                Nested::Many(_) => None,
-            },
+            PermitKind::Nested(nested) => Some(nested),
             _ => None,
         }
     }
@@ -439,18 +452,13 @@ impl Permit {
 
     /// The permits of a [`Permit::many`], to settle one by one.
     pub(crate) fn parts_mut(&mut self) -> &mut [Permit] {
-        let is_many = match &self.kind {
-            PermitKind::Nested(nested) => matches!(***nested, Nested::Many(_)),
-            _ => false,
-        };
-        if !is_many {
+        // Tested first: a slice of the nested permits, else of `self`, is
+        // more than one borrow of `self` can give.
+        if !matches!(self.nested(), Some(Nested::Many(_))) {
             return std::slice::from_mut(self);
         }
-        match &mut self.kind {
-            PermitKind::Nested(nested) => match &mut ***nested {
-                Nested::Many(permits) => permits,
-                Nested::Wrapped(_) => &mut [],
-            },
+        match self.nested_mut() {
+            Some(Nested::Many(permits)) => permits,
             _ => &mut [],
         }
     }
