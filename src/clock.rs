@@ -10,13 +10,13 @@
 //!   with the `fast-clock` cargo feature (on by default), about twice as
 //!   cheap as the system clock on a typical virtual machine; without the
 //!   feature, the system's monotonic clock. It does not follow paused tokio
-//!   time. The time-stamp counter's calibration is off by up to a few
-//!   hundred parts per million, so it counts 1/2048 (about 0.05%) slow: a
+//!   time. The time-stamp counter's calibration is off by up to several
+//!   hundred parts per million, so it counts 1/1024 (about 0.1%) slow: a
 //!   window is never shorter than configured when measured on the system's
-//!   clock, and a limit of 1,000 per second admits about 999.5 per real
+//!   clock, and a limit of 1,000 per second admits about 999 per real
 //!   second. Instants it hands out are converted from the present, so
 //!   that drift never adds up into a wrong sleep; a caller woken at one
-//!   may find the limiter that 0.05% of its wait short of ready.
+//!   may find the limiter that 0.1% of its wait short of ready.
 //! * [`Clock::tokio`] reads [`tokio::time::Instant::now`], so
 //!   [`tokio::time::pause`] and [`tokio::time::advance`] drive the limiter in
 //!   tests exactly as they drive timers.
@@ -77,11 +77,13 @@ mod counter {
     use std::sync::OnceLock;
 
     /// quanta's calibration is off by tens to hundreds of parts per million
-    /// (measured on a virtual machine: 21 ppm slow in a release build, 150
-    /// ppm fast in a debug build). A clock that runs fast makes a window
-    /// shorter than configured, so readings are counted 1/2¹¹ (488 ppm)
-    /// slow: a window of this clock is never shorter than the real one.
-    const SLOW_SHIFT: u32 = 11;
+    /// (measured on virtual machines: 21 ppm slow in a release build, 150
+    /// ppm fast in a debug build on one; about 530 ppm fast in some debug
+    /// test processes on another, where 1/2¹¹ was not slow enough). A clock
+    /// that runs fast makes a window shorter than configured, so readings
+    /// are counted 1/2¹⁰ (977 ppm) slow: a window of this clock is never
+    /// shorter than the real one.
+    const SLOW_SHIFT: u32 = 10;
 
     /// The counter and its scale: nanoseconds per 2³² ticks as quanta
     /// calibrated them, made [`SLOW_SHIFT`] slow. One multiplication turns
@@ -314,8 +316,8 @@ impl Clock {
     /// would add up to seconds, and a caller told to wait until such an
     /// instant would wake long before (or after) the limiter is ready. What
     /// is left is that fraction of the wait itself: a caller woken at the
-    /// instant may find the limiter not quite ready (0.05% of a 10 s wait is
-    /// 5 ms) and wait that little again, as the layers do.
+    /// instant may find the limiter not quite ready (0.1% of a 10 s wait is
+    /// 10 ms) and wait that little again, as the layers do.
     #[inline]
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
         match self.source {
@@ -473,8 +475,9 @@ mod tests {
 
     /// The fast clock counts an interval no longer than the system's clock
     /// does, so its windows are never shorter than the real ones. quanta's
-    /// own scale runs 150 ppm fast in a debug build here: 7.5 µs over this
-    /// test's 50 ms, far above the reads' few hundred nanoseconds.
+    /// own scale ran up to about 530 ppm fast in debug builds on one
+    /// machine: 26 µs over this test's 50 ms, far above the reads' few
+    /// hundred nanoseconds.
     #[test]
     fn fast_clock_never_runs_ahead_of_the_system_clock() {
         let clock = Clock::fast();
@@ -494,8 +497,8 @@ mod tests {
 
     /// Instants convert from the present, so they stay right however far the
     /// fast clock's count has drifted from the system's since its epoch
-    /// (mapped from the epoch, this instant is about 50 µs early after the
-    /// 100 ms the clock counts 0.05% slow). Both conversions read the two
+    /// (mapped from the epoch, this instant is about 100 µs early after the
+    /// 100 ms the clock counts 0.1% slow). Both conversions read the two
     /// clocks in the order that makes a preemption between the reads err
     /// late, never early: the checks are one-sided, so a loaded machine
     /// cannot fail them.
