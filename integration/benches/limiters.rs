@@ -25,58 +25,30 @@
 //!   beside tokio's `Semaphore` (borrowed and owned permits) and governor:
 //!   the slowest thread's time per decision.
 //!
-//! Run with `cargo bench -p integration --bench limiters`.
+//! Run with `cargo bench -p integration --bench limiters`. On a shared
+//! machine, compare ours with a peer by `paired`, which times them in turns.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
-use std::convert::Infallible;
-use std::future::{Future, Ready, ready};
+mod common;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::pin::pin;
 use std::sync::Barrier;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::{
+    CELLS_PER_SECOND, Noop, UNBOUNDED, admit, concurrency, gcra, gcra_quota, ours_stack,
+    ready_call, sliding_window, tower_stack,
+};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
 use tower_limits::limiters::FreshLimiter;
 use tower_limits::store::{MemoryStore, Quota};
-use tower_limits::{
-    ConcurrencyLimiter, KeyedLimiter, LeakyBucketLimiter, LimitLayer, Limiter, RateLimiter,
-};
-
-/// A concurrency no benchmark run can exhaust.
-const UNBOUNDED: u32 = 1 << 30;
-
-/// A window no benchmark can fill: a million starts take far longer than
-/// its millisecond, while the log stays at a few megabytes.
-fn sliding_window(clock: Clock) -> RateLimiter {
-    RateLimiter::builder("bench", 1_000_000, Duration::from_millis(1))
-        .without_backoff()
-        .store(MemoryStore::new().with_clock(clock))
-        .build()
-        .expect("valid configuration")
-}
-
-/// One cell per nanosecond with a second's worth of burst: like the
-/// governor quota beside it, no benchmark can outrun it.
-const CELLS_PER_SECOND: u32 = 1_000_000_000;
-
-/// [`CELLS_PER_SECOND`] with as much burst, pacing late waiters.
-fn gcra_quota() -> Quota {
-    Quota::gcra(CELLS_PER_SECOND, Duration::from_secs(1))
-        .and_then(|quota| quota.with_burst(CELLS_PER_SECOND))
-        .and_then(Quota::with_pacing_tolerance)
-        .expect("valid configuration")
-}
-
-fn gcra(clock: Clock) -> RateLimiter {
-    RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", gcra_quota())
-}
+use tower_limits::{KeyedLimiter, LeakyBucketLimiter, LimitLayer, Limiter, RateLimiter};
 
 /// [`gcra`] with the default configuration's clock (the fast clock, since
 /// no paused runtime is around).
@@ -131,14 +103,6 @@ fn stored(quota: Quota, clock: Clock) -> RateLimiter {
     RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", quota)
 }
 
-fn admit(limiter: &impl Limiter) {
-    let answer = limiter.try_acquire().into_ready().ok();
-    match answer {
-        Some(Ok(Admission::Granted(permit))) => drop(black_box(permit)),
-        other => panic!("benchmark limiter must admit, got {other:?}"),
-    }
-}
-
 /// One decision, whichever way it goes: for the leaky bucket, which may
 /// book a slot a nanosecond ahead instead of granting.
 fn decide(limiter: &impl Limiter) {
@@ -160,8 +124,8 @@ fn decision(c: &mut Criterion) {
     group.bench_function("sliding_window_tokio_clock", |b| {
         b.iter(|| admit(&tokio_clock))
     });
-    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    group.bench_function("concurrency", |b| b.iter(|| admit(&concurrency)));
+    let limiter = concurrency();
+    group.bench_function("concurrency", |b| b.iter(|| admit(&limiter)));
     let gcra_fast = gcra(Clock::fast());
     group.bench_function("gcra_fast_clock", |b| b.iter(|| admit(&gcra_fast)));
     let gcra_default = gcra_default();
@@ -207,51 +171,9 @@ fn decision(c: &mut Criterion) {
     group.finish();
 }
 
-/// Polls `future` once; the services measured here never wait.
-fn poll_once<F: Future>(future: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(future).poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("benchmark service must not wait"),
-    }
-}
-
-/// `ready` then `call`, polled by hand.
-fn ready_call<S: Service<()>>(service: &mut S)
-where
-    S::Error: std::fmt::Debug,
-{
-    let mut cx = Context::from_waker(Waker::noop());
-    match service.poll_ready(&mut cx) {
-        Poll::Ready(Ok(())) => {}
-        other => panic!("benchmark service must be ready, got {other:?}"),
-    }
-    black_box(poll_once(service.call(())).expect("no-op service"));
-}
-
-#[derive(Clone, Copy)]
-struct Noop;
-
-impl Service<()> for Noop {
-    type Response = ();
-    type Error = Infallible;
-    type Future = Ready<Result<(), Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, (): ()) -> Self::Future {
-        ready(Ok(()))
-    }
-}
-
+/// Our concurrency layer outside a rate layer of the sliding log on `clock`.
 fn ours(clock: Clock) -> impl Service<(), Error = tower_limits::error::BoxError> {
-    let concurrency = ConcurrencyLimiter::new(UNBOUNDED)
-        .expect("valid configuration")
-        .with_clock(clock.clone());
-    let rate = LimitLayer::new(sliding_window(clock));
-    LimitLayer::new(concurrency).layer(rate.layer(Noop))
+    ours_stack(sliding_window(clock))
 }
 
 fn stack(c: &mut Criterion) {
@@ -266,15 +188,9 @@ fn stack(c: &mut Criterion) {
     let mut bare = Noop;
     group.bench_function("bare", |b| b.iter(|| ready_call(&mut bare)));
 
-    let mut tower_stack = tower::limit::ConcurrencyLimit::new(
-        tower::limit::RateLimit::new(
-            Noop,
-            tower::limit::rate::Rate::new(u64::MAX, Duration::from_secs(1)),
-        ),
-        UNBOUNDED as usize,
-    );
+    let mut tower_pair = tower_stack();
     group.bench_function("tower_concurrency_rate", |b| {
-        b.iter(|| ready_call(&mut tower_stack))
+        b.iter(|| ready_call(&mut tower_pair))
     });
 
     let mut ours_fast = ours(Clock::fast());
@@ -291,8 +207,7 @@ fn stack(c: &mut Criterion) {
     group.bench_function("tower_concurrency", |b| {
         b.iter(|| ready_call(&mut tower_concurrency))
     });
-    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    let mut ours_concurrency = LimitLayer::new(concurrency).layer(Noop);
+    let mut ours_concurrency = LimitLayer::new(concurrency()).layer(Noop);
     group.bench_function("ours_concurrency", |b| {
         b.iter(|| ready_call(&mut ours_concurrency))
     });
@@ -302,9 +217,7 @@ fn stack(c: &mut Criterion) {
     });
     // GCRA as the rate: one atomic word, where the sliding log above keeps
     // every start of its window.
-    let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
-    let mut ours_gcra =
-        LimitLayer::new(concurrency).layer(LimitLayer::new(gcra(Clock::fast())).layer(Noop));
+    let mut ours_gcra = ours_stack(gcra(Clock::fast()));
     group.bench_function("ours_concurrency_gcra_fast_clock", |b| {
         b.iter(|| ready_call(&mut ours_gcra))
     });
@@ -381,7 +294,6 @@ fn clock(c: &mut Criterion) {
 /// is on) cost per decision.
 fn observe(c: &mut Criterion) {
     let mut group = c.benchmark_group("observe");
-    let concurrency = || ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
     let mut plain = LimitLayer::new(concurrency()).layer(Noop);
     group.bench_function("concurrency_layer", |b| b.iter(|| ready_call(&mut plain)));
     let mut named = LimitLayer::new(concurrency()).name("bench").layer(Noop);
@@ -435,9 +347,9 @@ fn threads(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("tokio_semaphore_owned", threads), |b| {
             b.iter_custom(|iterations| on_threads(threads, iterations, &take_owned))
         });
-        let concurrency = ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration");
+        let limiter = concurrency();
         group.bench_function(BenchmarkId::new("concurrency", threads), |b| {
-            b.iter_custom(|iterations| on_threads(threads, iterations, &|| admit(&concurrency)))
+            b.iter_custom(|iterations| on_threads(threads, iterations, &|| admit(&limiter)))
         });
         let quota = governor::Quota::per_second(NonZeroU32::MAX);
         let governor = governor::RateLimiter::direct(quota);
