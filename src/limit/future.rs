@@ -134,7 +134,7 @@ where
         let this = self.project();
         let output = ready!(this.inner.poll(cx));
         // Released now, not when the future is dropped.
-        drop(std::mem::replace(this.permit, Permit::unit()));
+        this.permit.release_now();
         Poll::Ready(output)
     }
 }

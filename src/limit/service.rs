@@ -221,9 +221,13 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         if let State::Idle = self.state {
             let started = self.start();
+            let granted = matches!(started, State::Ready(_));
             // `Idle` holds nothing: forgetting it spares the call to the
             // drop glue of a whole `State` that an assignment makes.
             std::mem::forget(std::mem::replace(&mut self.state, started));
+            if granted {
+                return self.inner.poll_ready(cx).map_err(Into::into);
+            }
         }
         if let State::Waiting(wait) = &mut self.state {
             self.state = match ready!(wait.as_mut().poll(cx)) {

@@ -491,14 +491,22 @@ impl Drop for Permit {
     // instructions fewer). The drop glue stays empty (see `PermitKind`).
     #[inline(never)]
     fn drop(&mut self) {
+        self.release_now();
+    }
+}
+
+impl Permit {
+    /// Records the call's completion now, as dropping the permit does,
+    /// and leaves a permit that releases nothing: for a holder that keeps
+    /// it in place (a response future), without moving it out first.
+    #[inline]
+    pub(crate) fn release_now(&mut self) {
         // The permits of in-memory rate limiters hold nothing: one test.
         if matches!(self.kind, PermitKind::Held { .. } | PermitKind::Nested(_)) {
             self.release();
         }
     }
-}
 
-impl Permit {
     #[cold]
     #[inline(never)]
     fn release(&mut self) {

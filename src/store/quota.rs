@@ -36,13 +36,31 @@ use crate::quota_status::QuotaStatus;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Quota {
     /// The quota as [`QuotaKind::words`] wrote it: a decision compares and
     /// reads these words without decoding them (two quotas are equal
     /// exactly when their kinds are).
     words: [u64; 6],
 }
+
+impl PartialEq for Quota {
+    /// Word by word, inline: the derived comparison of the six words calls
+    /// `memcmp`, and a decision under a key's lock compares its quota with
+    /// the one the state was made for.
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        let differ = |(a, b): (&u64, &u64)| a ^ b;
+        self.words
+            .iter()
+            .zip(&other.words)
+            .map(differ)
+            .fold(0, |all, one| all | one)
+            == 0
+    }
+}
+
+impl Eq for Quota {}
 
 impl fmt::Debug for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
