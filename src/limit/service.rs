@@ -183,14 +183,28 @@ impl<S, L: Limiter> Limit<S, L> {
 
 impl<S, L: Limiter + Clone> Limit<S, L> {
     /// What to do when nobody holds a reservation: try at once if nobody is
-    /// waiting, else wait.
+    /// waiting, else wait. True if the quick attempt granted.
     #[inline]
-    fn start(&self) -> State {
-        match try_at_once(&self.limiter, 1, &self.queue, &self.options) {
-            Ok(Ok(permit)) => State::Ready(permit),
+    fn start(&mut self) -> bool {
+        let started = match try_at_once(&self.limiter, 1, &self.queue, &self.options) {
+            Ok(Ok(permit)) => {
+                self.set_idle_state(State::Ready(permit));
+                return true;
+            }
             Ok(Err(not_yet)) => self.wait(not_yet),
             Err(error) => State::Refused(error),
-        }
+        };
+        self.set_idle_state(started);
+        false
+    }
+
+    /// Replaces the `Idle` state with `state`: `Idle` holds nothing, so
+    /// forgetting it spares the call to the drop glue of a whole `State`
+    /// that an assignment makes. The permit of a grant moves once, from the
+    /// limiter's answer into the state.
+    #[inline]
+    fn set_idle_state(&mut self, state: State) {
+        std::mem::forget(std::mem::replace(&mut self.state, state));
     }
 
     #[cold]
@@ -219,15 +233,11 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        if let State::Idle = self.state {
-            let started = self.start();
-            let granted = matches!(started, State::Ready(_));
-            // `Idle` holds nothing: forgetting it spares the call to the
-            // drop glue of a whole `State` that an assignment makes.
-            std::mem::forget(std::mem::replace(&mut self.state, started));
-            if granted {
-                return self.inner.poll_ready(cx).map_err(Into::into);
-            }
+        // A grant returns at once, without reading back the state it wrote.
+        if let State::Idle = self.state
+            && self.start()
+        {
+            return self.inner.poll_ready(cx).map_err(Into::into);
         }
         if let State::Waiting(wait) = &mut self.state {
             self.state = match ready!(wait.as_mut().poll(cx)) {
