@@ -34,7 +34,14 @@ pub(crate) enum NotYet {
 /// The quick attempt: asks `limiter` if nobody is in `line` and uses the
 /// answer if it is ready at once. A denial fails with [`Rejected`] in reject
 /// mode, and lets the call through unlimited in shadow mode.
-#[inline]
+///
+/// Always inlined, with an in-memory limiter's `try_acquire_many`: the
+/// permit then goes from the limiter's decision into the layer's state
+/// without a trip through a returned value in memory, whose copy right
+/// after it was written stalls the CPU (`benches/paired`: the concurrency
+/// layer 29.7 -> 26.5 ns with both inlined; slower, 41 ns, with this one
+/// alone).
+#[inline(always)]
 pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
     limiter: &L,
     cost: u32,

@@ -253,7 +253,7 @@ impl ConcurrencyState {
         (not_before != 0 && self.read_mostly.clock.now_nanos() < not_before).then_some(not_before)
     }
 
-    #[inline]
+    #[inline(always)]
     fn admit(self: &Arc<Self>, cost: u32) -> Admission {
         if self.paused_until().is_none()
             && let Some(generation) = self.slots.try_take(self.max(), cost)
@@ -293,7 +293,7 @@ impl ConcurrencyState {
         from + u32::try_from(taken).unwrap_or(0)
     }
 
-    #[inline]
+    #[inline(always)]
     fn grant(self: &Arc<Self>, generation: u64, cost: u32) -> Admission {
         // The release needs both: the token carries them side by side.
         let token = generation << 32 | u64::from(cost);
@@ -413,7 +413,8 @@ impl crate::limiters::FreshLimiter for ConcurrencyLimiter {
 }
 
 impl Limiter for ConcurrencyLimiter {
-    #[inline]
+    /// Always inlined, with the admission it makes: see `try_at_once`.
+    #[inline(always)]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let admission = CostTooHigh::check(cost, self.state.max()).map(|()| self.state.admit(cost));
         LimiterFuture::ready(admission)
