@@ -39,8 +39,8 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{
-    CELLS_PER_SECOND, Noop, UNBOUNDED, admit, concurrency, gcra, gcra_quota, ours_stack,
-    ready_call, sliding_window, tower_stack,
+    CELLS_PER_SECOND, Noop, UNBOUNDED, admit, concurrency, gcra, gcra_quota, governor_keyed,
+    inline_keyed, ours_stack, ready_call, sliding_window, tower_stack,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
@@ -227,23 +227,17 @@ fn stack(c: &mut Criterion) {
 fn keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed");
     for keys in [1_u64, 1_000, 100_000] {
-        let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
+        let governor = governor_keyed(keys);
         let template = gcra(Clock::fast());
         let ours = KeyedLimiter::builder(move |_: &u64| template.fresh())
             .clock(Clock::fast())
             .max_keys(2 * keys as usize)
             .build()
             .expect("valid configuration");
-        let inline = KeyedLimiter::of(gcra(Clock::fast()))
-            .clock(Clock::fast())
-            .max_keys(2 * keys as usize)
-            .build()
-            .expect("valid configuration");
         for key in 0..keys {
-            let _ = governor.check_key(&key);
             ours.limiter(&key).unwrap();
-            drop(inline.try_acquire(&key));
         }
+        let inline = inline_keyed(keys);
         let mut key = 0;
         group.bench_function(BenchmarkId::new("governor_check_key", keys), |b| {
             b.iter(|| {

@@ -21,11 +21,14 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
-use common::{Noop, admit, concurrency, gcra, ours_stack, ready_call, sliding_window, tower_stack};
+use common::{
+    Noop, admit, concurrency, gcra, governor_keyed, inline_keyed, ours_stack, ready_call,
+    sliding_window, tower_stack,
+};
 use tower::Layer;
+use tower_limits::LimitLayer;
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
-use tower_limits::{KeyedLimiter, LimitLayer};
 
 /// Calls per burst: a burst takes tens of microseconds, well above the
 /// clock's resolution and below a scheduler's time slice.
@@ -145,16 +148,7 @@ fn main() {
         );
     }
     if runs("keyed_inline_100k") {
-        let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
-        let ours = KeyedLimiter::of(gcra(Clock::fast()))
-            .clock(Clock::fast())
-            .max_keys(2 * KEYS as usize)
-            .build()
-            .expect("valid configuration");
-        for key in 0..KEYS {
-            let _ = governor.check_key(&key);
-            drop(ours.try_acquire(&key));
-        }
+        let (ours, governor) = (inline_keyed(KEYS), governor_keyed(KEYS));
         let (mut our_key, mut governor_key) = (0, 0);
         pair(
             "keyed_inline_100k",

@@ -13,7 +13,7 @@ use tower::{Layer, Service};
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
 use tower_limits::store::{MemoryStore, Quota};
-use tower_limits::{ConcurrencyLimiter, LimitLayer, Limiter, RateLimiter};
+use tower_limits::{ConcurrencyLimiter, KeyedLimiter, LimitLayer, Limiter, RateLimiter};
 
 /// A concurrency no benchmark run can exhaust.
 pub(crate) const UNBOUNDED: u32 = 1 << 30;
@@ -48,6 +48,27 @@ pub(crate) fn gcra(clock: Clock) -> RateLimiter {
 /// A concurrency limiter no benchmark fills.
 pub(crate) fn concurrency() -> ConcurrencyLimiter {
     ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration")
+}
+
+/// Our keyed limiter of GCRA limiters, each key's TAT inline in its map,
+/// with room for `2 * keys` keys and a decision made on keys `0..keys`.
+pub(crate) fn inline_keyed(keys: u64) -> KeyedLimiter<u64, RateLimiter> {
+    let limiter = KeyedLimiter::of(gcra(Clock::fast()))
+        .clock(Clock::fast())
+        .max_keys(2 * keys as usize)
+        .build()
+        .expect("valid configuration");
+    (0..keys).for_each(|key| drop(limiter.try_acquire(&key)));
+    limiter
+}
+
+/// governor's keyed limiter beside [`inline_keyed`], with a decision made
+/// on keys `0..keys`.
+pub(crate) fn governor_keyed(keys: u64) -> governor::DefaultKeyedRateLimiter<u64> {
+    let quota = governor::Quota::per_second(std::num::NonZeroU32::MAX);
+    let limiter = governor::RateLimiter::keyed(quota);
+    (0..keys).for_each(|key| drop(limiter.check_key(&key)));
+    limiter
 }
 
 /// One grant from `limiter`, its permit dropped at once.
