@@ -594,6 +594,15 @@ mod tests {
             assert!(matches!(not_wrapped, Ok(Err(_))));
         });
         assert_eq!(taken_apart, (2, 0));
+        // Released in place (a response future's), then dropped: told once.
+        let released_in_place = told(|mut a, b| {
+            a.release_now();
+            a.release_now();
+            let mut many = Permit::many(vec![b]);
+            many.release_now();
+            drop((a, many));
+        });
+        assert_eq!(released_in_place, (2, 0));
     }
 
     #[test]
