@@ -10,6 +10,13 @@
 //! timed within a fraction of a millisecond of each other, so what slows the
 //! machine slows both.
 //!
+//! Within a process the middle half of a pair's ratios is narrow (about
+//! ±2% on a shared 2-core VM); between processes a ratio sometimes settles
+//! in one of two places (the concurrency + GCRA stack gave 1.01 in one
+//! process and 1.30 in the next), so compare medians over several runs,
+//! pinned to one CPU (`taskset -c 1`). A path paired with a copy of itself
+//! gives 1.00.
+//!
 //! Run with `cargo bench -p integration --bench paired`; arguments select
 //! the pairs whose names contain them (`-- stack` runs the stacks).
 
