@@ -75,6 +75,16 @@ impl MemoryStore {
         quota: &Quota,
         act: impl FnOnce(&mut QuotaState, u64) -> T,
     ) -> LimiterFuture<'static, Result<T, LimiterError>> {
+        LimiterFuture::ready(Ok(self.on_state(key, quota, act)))
+    }
+
+    /// [`with_state`](Self::with_state)'s answer itself.
+    fn on_state<T>(
+        &self,
+        key: &MemoryQuotaKey,
+        quota: &Quota,
+        act: impl FnOnce(&mut QuotaState, u64) -> T,
+    ) -> T {
         let mut slot = key.0.slot.lock().unwrap_or_else(PoisonError::into_inner);
         key.0
             .line
@@ -98,7 +108,27 @@ impl MemoryStore {
         };
         let answer = act(&mut slot.state, now);
         key.0.line.open(&slot.quota, &slot.state);
-        LimiterFuture::ready(Ok(answer))
+        answer
+    }
+
+    /// The decision on `cost`: on the open line if it is open, else under
+    /// the key's lock.
+    #[inline]
+    fn decide_now(&self, key: &MemoryQuotaKey, quota: &Quota, cost: u32) -> WindowDecision {
+        match key.0.line.decide(quota, self.clock(), cost) {
+            Some(decision) => self.decision(decision),
+            None => self.decide_locked(key, quota, cost),
+        }
+    }
+
+    /// The decision on `cost` under the key's lock: a line that is closed
+    /// (a fresh quota, a gap, a sliding log) or was just closed.
+    #[cold]
+    #[inline(never)]
+    fn decide_locked(&self, key: &MemoryQuotaKey, quota: &Quota, cost: u32) -> WindowDecision {
+        self.on_state(key, quota, |state, now| {
+            self.decision(state.decide(now, cost))
+        })
     }
 
     /// A key no name reaches: a state of its own, dropped with its last
@@ -174,14 +204,10 @@ impl QuotaStore for MemoryStore {
         quota: &'a Quota,
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>> {
-        match self.decide_at_once(key, quota, cost) {
-            Some(decision) => LimiterFuture::ready(Ok(decision)),
-            None => self.with_state(key, quota, |state, now| {
-                self.decision(state.decide(now, cost))
-            }),
-        }
+        LimiterFuture::ready(Ok(self.decide_now(key, quota, cost)))
     }
 
+    /// Always an answer: on the open line without the lock, else under it.
     #[inline]
     fn decide_at_once(
         &self,
@@ -189,8 +215,7 @@ impl QuotaStore for MemoryStore {
         quota: &Quota,
         cost: u32,
     ) -> Option<WindowDecision> {
-        let decision = key.0.line.decide(quota, self.clock(), cost)?;
-        Some(self.decision(decision))
+        Some(self.decide_now(key, quota, cost))
     }
 
     fn look<'a>(

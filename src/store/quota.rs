@@ -809,25 +809,25 @@ pub trait QuotaStore: Send + Sync + 'static {
         cost: u32,
     ) -> LimiterFuture<'a, Result<WindowDecision, LimiterError>>;
 
-    /// [`decide`](QuotaStore::decide)'s answer if the store has it at once
-    /// without a lock, else `None` (the default): the lock-free path of the
-    /// in-memory stores, which a [`RateLimiter`](crate::RateLimiter) takes
-    /// first, so that the answer stays in registers.
+    /// [`decide`](QuotaStore::decide)'s answer if the store has it at once,
+    /// without waiting on anything but a lock, else `None` (the default, for
+    /// a store across a network): the in-memory store's decisions, which a
+    /// [`RateLimiter`](crate::RateLimiter) takes first, so that the answer
+    /// comes back as a value rather than a future.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_limits::store::{MemoryStore, Quota, QuotaStore, WindowDecision};
     ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = MemoryStore::new();
-    /// let quota = Quota::gcra(10, Duration::from_secs(1))?;
+    /// let quota = Quota::gcra(1, Duration::from_secs(60))?;
     /// let key = store.quota_key("api");
-    /// // A fresh quota is decided under the lock first, which opens its line.
-    /// assert_eq!(store.decide_at_once(&key, &quota, 1), None);
-    /// store.decide(&key, &quota, 1).await?;
-    /// let at_once = store.decide_at_once(&key, &quota, 1);
-    /// assert!(matches!(at_once, Some(WindowDecision::Denied { .. })));
+    /// // The first decision takes the key's lock (and opens its line for the next).
+    /// let first = store.decide_at_once(&key, &quota, 1);
+    /// assert!(matches!(first, Some(WindowDecision::Granted { .. })));
+    /// let second = store.decide_at_once(&key, &quota, 1);
+    /// assert!(matches!(second, Some(WindowDecision::Denied { .. })));
     /// # Ok(())
     /// # }
     /// ```
