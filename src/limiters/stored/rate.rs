@@ -427,8 +427,8 @@ impl<S: QuotaStore> RateLimiter<S> {
         shared.decide_listening(shared.quota.load(), cost, shared.released.listen())
     }
 
-    /// Everything else but a grant the store made at once: a cost above
-    /// the quota, a store that decides under a lock or answers later.
+    /// Everything but a decision the store made at once: a cost above the
+    /// quota, or a store that answers later (across a network).
     #[inline]
     fn try_acquire_slowly(
         &self,
