@@ -452,8 +452,9 @@ impl<S: QuotaStore> RateLimiter<S> {
 }
 
 impl<S: QuotaStore> Limiter for RateLimiter<S> {
-    /// A grant the store makes at once (an open line in memory) is the
-    /// whole call; the quota read for it lives in registers.
+    /// A grant the store makes at once (the memory store's, on its open
+    /// line or under the key's lock) is the whole call; the quota read for
+    /// it lives in registers.
     #[inline]
     fn try_acquire_many(&self, cost: u32) -> LimiterFuture<'_, Result<Admission, LimiterError>> {
         let shared = &*self.shared;
