@@ -115,20 +115,20 @@ impl MemoryStore {
     /// the key's lock.
     #[inline]
     fn decide_now(&self, key: &MemoryQuotaKey, quota: &Quota, cost: u32) -> WindowDecision {
-        match key.0.line.decide(quota, self.clock(), cost) {
-            Some(decision) => self.decision(decision),
+        let decision = match key.0.line.decide(quota, self.clock(), cost) {
+            Some(decision) => decision,
             None => self.decide_locked(key, quota, cost),
-        }
+        };
+        self.decision(decision)
     }
 
     /// The decision on `cost` under the key's lock: a line that is closed
-    /// (a fresh quota, a gap, a sliding log) or was just closed.
+    /// (a fresh quota, a gap, a sliding log) or was just closed. Its answer
+    /// is two words, which come back in registers.
     #[cold]
     #[inline(never)]
-    fn decide_locked(&self, key: &MemoryQuotaKey, quota: &Quota, cost: u32) -> WindowDecision {
-        self.on_state(key, quota, |state, now| {
-            self.decision(state.decide(now, cost))
-        })
+    fn decide_locked(&self, key: &MemoryQuotaKey, quota: &Quota, cost: u32) -> Result<u64, u64> {
+        self.on_state(key, quota, |state, now| state.decide(now, cost))
     }
 
     /// A key no name reaches: a state of its own, dropped with its last
