@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::ms;
 use tokio::time::{Instant, timeout};
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tower_limits::limit::{LayerStats, Outcome};
+use tower_limits::limit::{KeyedLimitLayer, LayerStats, Outcome};
 use tower_limits::store::Quota;
-use tower_limits::{LimitLayer, RateLimiter};
+use tower_limits::{KeyedLimiter, LimitLayer, RateLimiter};
 
 fn echo() -> impl Service<u32, Response = u32, Error = Infallible, Future: Send> + Clone {
     service_fn(|n: u32| async move { Ok::<_, Infallible>(n) })
@@ -202,4 +202,31 @@ async fn a_shadow_layer_records_what_enforcing_would_decide_and_never_refuses() 
             true, false, false, false, true, false, false, true, false, false
         ]
     );
+}
+
+/// Shadow mode counts each decision once, as granted or as refused, on
+/// the plain layer and on the keyed layer (which admits through the
+/// keyed, fair and cost layers' shared path): 10 calls at one instant
+/// under one a 100 ms are one grant and 9 refusals, all let through.
+#[tokio::test(start_paused = true)]
+async fn a_shadow_layer_counts_each_decision_once() {
+    let expected = || {
+        let mut stats = LayerStats::default();
+        stats.granted = 1;
+        stats.refused = 9;
+        stats
+    };
+    let plain = LimitLayer::new(ten_a_second()).shadow();
+    let mut service = plain.layer(echo());
+    for n in 0..10 {
+        service.ready().await.unwrap().call(n).await.unwrap();
+    }
+    assert_eq!(plain.stats(), Some(expected()), "plain layer");
+    let per_tenant = KeyedLimiter::of(ten_a_second()).build().unwrap();
+    let keyed = KeyedLimitLayer::new(per_tenant, |_: &u32| 1_u32).shadow();
+    let mut service = keyed.layer(echo());
+    for n in 0..10 {
+        service.ready().await.unwrap().call(n).await.unwrap();
+    }
+    assert_eq!(keyed.stats(), Some(expected()), "keyed layer");
 }

@@ -9,7 +9,7 @@ use tower_service::Service;
 use super::Options;
 use super::future::ResponseFuture;
 use super::observe::WaitFuture;
-use super::waiting::{NotYet, try_at_once, wait_for_admission};
+use super::waiting::{AtOnce, NotYet, granted_at_once, try_at_once, wait_for_admission};
 use crate::error::BoxError;
 use crate::limiter::{Limiter, Permit};
 use crate::line::Queue;
@@ -187,11 +187,13 @@ impl<S, L: Limiter + Clone> Limit<S, L> {
     #[inline]
     fn start(&mut self) -> bool {
         let started = match try_at_once(&self.limiter, 1, &self.queue, &self.options) {
-            Ok(Ok(permit)) => {
+            Ok(AtOnce::Granted(permit)) => {
                 self.set_idle_state(State::Ready(permit));
+                granted_at_once(&self.options, 1);
                 return true;
             }
-            Ok(Err(not_yet)) => self.wait(not_yet),
+            Ok(AtOnce::LetThrough(permit)) => State::Ready(permit),
+            Ok(AtOnce::NotYet(not_yet)) => self.wait(not_yet),
             Err(error) => State::Refused(error),
         };
         self.set_idle_state(started);

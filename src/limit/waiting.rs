@@ -20,6 +20,18 @@ use crate::error::{BoxError, Elapsed, LimiterError, Rejected};
 use crate::limiter::{Admission, Denial, Limiter, Permit, far_future};
 use crate::line::{Line, Order, Place};
 
+/// What the quick attempt came to, when it did not fail.
+pub(crate) enum AtOnce {
+    /// The limiter granted. Not recorded yet: the caller records the
+    /// grant with [`granted_at_once`] once it has stored the permit.
+    Granted(Permit),
+    /// The limiter refused, and shadow mode lets the call through without
+    /// a permit of the limiter's (recorded as refused).
+    LetThrough(Permit),
+    /// Not admitted yet.
+    NotYet(NotYet),
+}
+
 /// Why a caller was not admitted by its quick attempt.
 pub(crate) enum NotYet {
     /// The limiter said no.
@@ -47,17 +59,12 @@ pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
     cost: u32,
     line: &Line<O, N>,
     options: &Options,
-) -> Result<Result<Permit, NotYet>, BoxError> {
+) -> Result<AtOnce, BoxError> {
     if !line.is_empty() {
-        return Ok(Err(NotYet::Behind));
+        return Ok(AtOnce::NotYet(NotYet::Behind));
     }
     match limiter.try_acquire_many(cost).into_ready() {
-        Ok(Ok(Admission::Granted(permit))) => {
-            if let Some(observer) = &options.observer {
-                observer.decided_at_once(Outcome::Granted, cost);
-            }
-            Ok(Ok(permit))
-        }
+        Ok(Ok(Admission::Granted(permit))) => Ok(AtOnce::Granted(permit)),
         Ok(Ok(Admission::Denied(denial))) => denied_at_once(denial, cost, options),
         Ok(Err(error)) => {
             let error = error.into();
@@ -66,18 +73,25 @@ pub(crate) fn try_at_once<L: Limiter, O: Order<N>, N>(
         }
         // The limiter must do nothing until polled: the unpolled future is
         // dropped, and made again by an owned `Decision`.
-        Err(_later) => Ok(Err(NotYet::Later)),
+        Err(_later) => Ok(AtOnce::NotYet(NotYet::Later)),
+    }
+}
+
+/// Records a grant of [`try_at_once`], after the caller stored its permit:
+/// the observer is a call, and a permit held across a call is copied
+/// through memory (`benches/paired`, the concurrency + GCRA layers beside
+/// tower's: 1.14 -> 1.11x, medians of 8 processes each).
+#[inline]
+pub(crate) fn granted_at_once(options: &Options, cost: u32) {
+    if let Some(observer) = &options.observer {
+        observer.decided_at_once(Outcome::Granted, cost);
     }
 }
 
 /// A denial the quick attempt got: a refusal in reject mode, a call let
 /// through in shadow mode, else a wait.
 #[cold]
-fn denied_at_once(
-    denial: Denial,
-    cost: u32,
-    options: &Options,
-) -> Result<Result<Permit, NotYet>, BoxError> {
+fn denied_at_once(denial: Denial, cost: u32, options: &Options) -> Result<AtOnce, BoxError> {
     let retry_at = denial.retry_at();
     if let Some(observer) = options
         .observer
@@ -85,14 +99,14 @@ fn denied_at_once(
         .filter(|observer| observer.is_shadow())
     {
         observer.decided_at_once(Outcome::Refused { retry_at }, cost);
-        return Ok(Ok(Permit::unit().with_cost(cost)));
+        return Ok(AtOnce::LetThrough(Permit::unit().with_cost(cost)));
     }
     if options.reject {
         let error = Rejected::new(retry_at).into();
         failed_at_once(options.observer.as_ref(), cost, &error);
         return Err(error);
     }
-    Ok(Err(NotYet::Denied(denial)))
+    Ok(AtOnce::NotYet(NotYet::Denied(denial)))
 }
 
 /// What a caller does once the quick attempt did not admit it: one more
@@ -164,8 +178,12 @@ pub(crate) async fn admit_in_line<L: Limiter + Clone, O: Order<N>, N: Send + Syn
     options: &Options,
 ) -> Result<Permit, BoxError> {
     match try_at_once(limiter, cost, line, options)? {
-        Ok(permit) => Ok(permit),
-        Err(not_yet) => {
+        AtOnce::Granted(permit) => {
+            granted_at_once(options, cost);
+            Ok(permit)
+        }
+        AtOnce::LetThrough(permit) => Ok(permit),
+        AtOnce::NotYet(not_yet) => {
             wait_for_admission(limiter.clone(), cost, line, lane, options, not_yet)?.await
         }
     }
