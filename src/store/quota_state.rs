@@ -432,12 +432,15 @@ impl SlidingLog {
     }
 
     fn decide(&mut self, now: u64, cost: u32) -> Result<u64, u64> {
+        // The starts that have left the window go first (as `take` drops
+        // them): the log holds the window's starts alone, so its memory
+        // follows the calls in the window, not the limit, and the checks
+        // below walk no entry unless the window is full. A start that has
+        // left decides nothing: it is not in the count, nor what must leave.
+        self.starts.prune(now, self.window);
         if let Some(retry_at) = self.blocked_until(now, cost) {
             return Err(retry_at);
         }
-        // The window has room, so the starts that had to leave for it have
-        // left: drop them.
-        self.starts.make_room(self.room(cost), self.window);
         self.pause.granted();
         self.record(now, cost);
         Ok(now)
@@ -473,5 +476,30 @@ impl SlidingLog {
         {
             self.pause.undo_escalation();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A log under a limit far above its calls holds the calls in its
+    /// window, not every call until the limit: one call a second against
+    /// 1,000 a second leaves one entry, decided the same.
+    #[test]
+    fn a_sliding_log_keeps_only_the_starts_in_its_window() {
+        let quota = Quota::sliding_log(1_000, Duration::from_secs(1)).unwrap();
+        let mut state = QuotaState::fresh(&quota, |windows| windows);
+        let second = 1_000_000_000;
+        for call in 1..=10 {
+            assert_eq!(state.decide(call * second, 1), Ok(call * second));
+        }
+        let QuotaState::SlidingLog(log) = &state else {
+            panic!("a sliding log's state");
+        };
+        // Every entry: a window reaching back past the epoch.
+        assert_eq!(log.starts.in_window(0, u64::MAX).count(), 1);
     }
 }

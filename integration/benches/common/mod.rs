@@ -23,7 +23,8 @@ pub(crate) const UNBOUNDED: u32 = 1 << 30;
 pub(crate) const CELLS_PER_SECOND: u32 = 1_000_000_000;
 
 /// A window no benchmark can fill: a million starts take far longer than
-/// its millisecond, while the log stays at a few megabytes.
+/// its millisecond, and the log holds that millisecond's starts (some
+/// thousands of entries).
 pub(crate) fn sliding_window(clock: Clock) -> RateLimiter {
     RateLimiter::builder("bench", 1_000_000, Duration::from_millis(1))
         .without_backoff()
