@@ -408,7 +408,8 @@ impl Quota {
 
     /// At most `max_executions` starts in any sliding `window`, exactly: the
     /// log of starts of the classic [`RateLimiter`](crate::RateLimiter),
-    /// one entry per start (memory grows with the limit). Without a backoff;
+    /// one entry per start (memory grows with the starts in a window, up to
+    /// the limit). Without a backoff;
     /// [`RateLimiter::builder`](crate::RateLimiter::builder) adds the
     /// seed's (see [`Backoff`]).
     ///
