@@ -207,7 +207,8 @@ async fn a_shadow_layer_records_what_enforcing_would_decide_and_never_refuses() 
 /// Shadow mode counts each decision once, as granted or as refused, on
 /// the plain layer and on the keyed layer (which admits through the
 /// keyed, fair and cost layers' shared path): 10 calls at one instant
-/// under one a 100 ms are one grant and 9 refusals, all let through.
+/// under a limit of one per 100 ms are one grant and 9 refusals, all let
+/// through.
 #[tokio::test(start_paused = true)]
 async fn a_shadow_layer_counts_each_decision_once() {
     let expected = || {

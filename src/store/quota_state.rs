@@ -486,8 +486,8 @@ mod tests {
     use super::*;
 
     /// A log under a limit far above its calls holds the calls in its
-    /// window, not every call until the limit: one call a second against
-    /// 1,000 a second leaves one entry, decided the same.
+    /// window, not every call until the limit: ten calls a second apart
+    /// under 1,000 a second are all granted and leave one entry.
     #[test]
     fn a_sliding_log_keeps_only_the_starts_in_its_window() {
         let quota = Quota::sliding_log(1_000, Duration::from_secs(1)).unwrap();
