@@ -153,13 +153,12 @@ fn in_memory(quota: Result<Quota, tower_limits::error::ConfigError>) -> RateLimi
     RateLimiter::new(MemoryStore::new().with_clock(Clock::fast()), "probe", quota)
 }
 
-/// A nanosecond's cell with a second's burst, pacing late waiters.
+/// A nanosecond's cell with a second's burst, strict (the default).
 fn gcra() -> RateLimiter {
     let per_second = 1_000_000_000;
     in_memory(
         Quota::gcra(per_second, Duration::from_secs(1))
-            .and_then(|quota| quota.with_burst(per_second))
-            .and_then(Quota::with_pacing_tolerance),
+            .and_then(|quota| quota.with_burst(per_second)),
     )
 }
 

@@ -3,9 +3,10 @@
 //! * `decision`: one admission decision of an in-memory limiter that has room,
 //!   beside `governor`'s `check()` (GCRA, TSC clock); `gcra_*` and
 //!   `token_bucket_*` run the same algorithm with the same quota, as a
-//!   `RateLimiter` on a `MemoryStore` with the pacing tolerance, through
+//!   `RateLimiter` on a `MemoryStore` with the default (strict) quota, through
 //!   the `Limiter` trait (a `Permit` per grant, where governor hands out
-//!   nothing). `*_default_clock` is the configuration a user gets without
+//!   nothing); `gcra_paced_*` adds `Quota::with_pacing_tolerance`.
+//!   `*_default_clock` is the configuration a user gets without
 //!   naming a clock, beside governor's default (both read the CPU's counter
 //!   through quanta).
 //! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
@@ -59,7 +60,6 @@ fn gcra_default() -> RateLimiter {
 fn token_bucket(clock: Clock) -> RateLimiter {
     let per_second = CELLS_PER_SECOND;
     let quota = Quota::token_bucket(CELLS_PER_SECOND, per_second, Duration::from_secs(1))
-        .and_then(Quota::with_pacing_tolerance)
         .expect("valid configuration");
     RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", quota)
 }
@@ -130,6 +130,13 @@ fn decision(c: &mut Criterion) {
     group.bench_function("gcra_fast_clock", |b| b.iter(|| admit(&gcra_fast)));
     let gcra_default = gcra_default();
     group.bench_function("gcra_default_clock", |b| b.iter(|| admit(&gcra_default)));
+    let gcra_paced = stored(
+        gcra_quota()
+            .with_pacing_tolerance()
+            .expect("valid configuration"),
+        Clock::fast(),
+    );
+    group.bench_function("gcra_paced_fast_clock", |b| b.iter(|| admit(&gcra_paced)));
     let gcra_tokio = gcra(Clock::tokio());
     group.bench_function("gcra_tokio_clock", |b| b.iter(|| admit(&gcra_tokio)));
     let bucket_fast = token_bucket(Clock::fast());

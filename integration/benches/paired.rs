@@ -29,13 +29,14 @@ use std::num::NonZeroU32;
 use std::time::Instant;
 
 use common::{
-    Noop, admit, concurrency, gcra, governor_keyed, inline_keyed, ours_stack, ready_call,
-    sliding_window, tower_stack,
+    Noop, admit, concurrency, gcra, gcra_quota, governor_keyed, inline_keyed, ours_stack,
+    ready_call, sliding_window, tower_stack,
 };
 use tower::Layer;
-use tower_limits::LimitLayer;
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
+use tower_limits::store::MemoryStore;
+use tower_limits::{LimitLayer, RateLimiter};
 
 /// Calls per burst: a burst takes tens of microseconds, well above the
 /// clock's resolution and below a scheduler's time slice.
@@ -109,6 +110,17 @@ fn main() {
         let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
         pair(
             "decision_gcra",
+            "governor check",
+            || admit(&ours),
+            || assert!(black_box(governor.check()).is_ok()),
+        );
+    }
+    if runs("decision_gcra_paced") {
+        let quota = gcra_quota().with_pacing_tolerance().expect("a GCRA quota");
+        let ours = RateLimiter::new(MemoryStore::new().with_clock(Clock::fast()), "bench", quota);
+        let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
+        pair(
+            "decision_gcra_paced",
             "governor check",
             || admit(&ours),
             || assert!(black_box(governor.check()).is_ok()),

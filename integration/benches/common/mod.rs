@@ -33,11 +33,11 @@ pub(crate) fn sliding_window(clock: Clock) -> RateLimiter {
         .expect("valid configuration")
 }
 
-/// [`CELLS_PER_SECOND`] with as much burst, pacing late waiters.
+/// [`CELLS_PER_SECOND`] with as much burst, strict (the default: no
+/// pacing tolerance), as governor's quota beside it.
 pub(crate) fn gcra_quota() -> Quota {
     Quota::gcra(CELLS_PER_SECOND, Duration::from_secs(1))
         .and_then(|quota| quota.with_burst(CELLS_PER_SECOND))
-        .and_then(Quota::with_pacing_tolerance)
         .expect("valid configuration")
 }
 
