@@ -105,25 +105,24 @@ fn main() {
         .collect();
     let runs = |name: &str| chosen.is_empty() || chosen.iter().any(|c| name.contains(c.as_str()));
 
-    if runs("decision_gcra") {
-        let ours = gcra(Clock::fast());
+    let beside_governor = |name: &str, ours: RateLimiter| {
         let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
         pair(
-            "decision_gcra",
+            name,
             "governor check",
             || admit(&ours),
             || assert!(black_box(governor.check()).is_ok()),
         );
+    };
+    if runs("decision_gcra") {
+        beside_governor("decision_gcra", gcra(Clock::fast()));
     }
     if runs("decision_gcra_paced") {
         let quota = gcra_quota().with_pacing_tolerance().expect("a GCRA quota");
-        let ours = RateLimiter::new(MemoryStore::new().with_clock(Clock::fast()), "bench", quota);
-        let governor = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
-        pair(
+        let store = MemoryStore::new().with_clock(Clock::fast());
+        beside_governor(
             "decision_gcra_paced",
-            "governor check",
-            || admit(&ours),
-            || assert!(black_box(governor.check()).is_ok()),
+            RateLimiter::new(store, "bench", quota),
         );
     }
     if runs("concurrency_limiter") {
