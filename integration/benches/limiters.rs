@@ -6,8 +6,7 @@
 //!   `RateLimiter` on a `MemoryStore` with the default (strict) quota, through
 //!   the `Limiter` trait (a `Permit` per grant, where governor hands out
 //!   nothing); `gcra_paced_*` adds `Quota::with_pacing_tolerance`.
-//!   `*_default_clock` is the configuration a user gets without
-//!   naming a clock, beside governor's default (both read the CPU's counter
+//!   `*_default_clock` is the configuration a user gets without naming a clock, beside governor's default (both read the CPU's counter
 //!   through quanta).
 //! * `stack`: `ready` + `call` through concurrency-outside-rate layers around a
 //!   no-op service, beside tower's `ConcurrencyLimit` + `RateLimit` and the
@@ -40,8 +39,8 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{
-    CELLS_PER_SECOND, Noop, UNBOUNDED, admit, concurrency, gcra, gcra_quota, governor_keyed,
-    inline_keyed, ours_stack, ready_call, sliding_window, tower_stack,
+    CELLS_PER_SECOND, Noop, UNBOUNDED, admit, concurrency, gcra, gcra_paced, gcra_quota,
+    governor_keyed, inline_keyed, ours_stack, ready_call, sliding_window, tower_stack,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service};
@@ -130,12 +129,7 @@ fn decision(c: &mut Criterion) {
     group.bench_function("gcra_fast_clock", |b| b.iter(|| admit(&gcra_fast)));
     let gcra_default = gcra_default();
     group.bench_function("gcra_default_clock", |b| b.iter(|| admit(&gcra_default)));
-    let gcra_paced = stored(
-        gcra_quota()
-            .with_pacing_tolerance()
-            .expect("valid configuration"),
-        Clock::fast(),
-    );
+    let gcra_paced = gcra_paced(Clock::fast());
     group.bench_function("gcra_paced_fast_clock", |b| b.iter(|| admit(&gcra_paced)));
     let gcra_tokio = gcra(Clock::tokio());
     group.bench_function("gcra_tokio_clock", |b| b.iter(|| admit(&gcra_tokio)));

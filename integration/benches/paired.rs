@@ -29,13 +29,12 @@ use std::num::NonZeroU32;
 use std::time::Instant;
 
 use common::{
-    Noop, admit, concurrency, gcra, gcra_quota, governor_keyed, inline_keyed, ours_stack,
+    Noop, admit, concurrency, gcra, gcra_paced, governor_keyed, inline_keyed, ours_stack,
     ready_call, sliding_window, tower_stack,
 };
 use tower::Layer;
 use tower_limits::clock::Clock;
 use tower_limits::limiter::Admission;
-use tower_limits::store::MemoryStore;
 use tower_limits::{LimitLayer, RateLimiter};
 
 /// Calls per burst: a burst takes tens of microseconds, well above the
@@ -118,12 +117,7 @@ fn main() {
         beside_governor("decision_gcra", gcra(Clock::fast()));
     }
     if runs("decision_gcra_paced") {
-        let quota = gcra_quota().with_pacing_tolerance().expect("a GCRA quota");
-        let store = MemoryStore::new().with_clock(Clock::fast());
-        beside_governor(
-            "decision_gcra_paced",
-            RateLimiter::new(store, "bench", quota),
-        );
+        beside_governor("decision_gcra_paced", gcra_paced(Clock::fast()));
     }
     if runs("concurrency_limiter") {
         let ours = concurrency();

@@ -46,6 +46,12 @@ pub(crate) fn gcra(clock: Clock) -> RateLimiter {
     RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", gcra_quota())
 }
 
+/// [`gcra`] with [`Quota::with_pacing_tolerance`], a non-default option.
+pub(crate) fn gcra_paced(clock: Clock) -> RateLimiter {
+    let quota = gcra_quota().with_pacing_tolerance().expect("a GCRA quota");
+    RateLimiter::new(MemoryStore::new().with_clock(clock), "bench", quota)
+}
+
 /// A concurrency limiter no benchmark fills.
 pub(crate) fn concurrency() -> ConcurrencyLimiter {
     ConcurrencyLimiter::new(UNBOUNDED).expect("valid configuration")
