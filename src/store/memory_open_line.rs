@@ -278,23 +278,34 @@ impl OpenLine {
 
     /// Closes the line (the lock held): the state its word held goes back
     /// into `state`, which decides alone until [`open`](Self::open).
-    pub(super) fn close(&self, state: Option<&mut QuotaState>) {
+    ///
+    /// Returns the instant no decision after the close may be made before:
+    /// for a window quota, the start of the newest window its word counted
+    /// in (a decision whose clock was read before the lock and before that
+    /// window began would write its older window over the newer one's
+    /// count); 0 otherwise (GCRA's test at an earlier instant is stricter).
+    pub(super) fn close(&self, state: Option<&mut QuotaState>) -> u64 {
         // Only an open line is written: a closed one stays off the bus.
         if self.word.load(Ordering::SeqCst) & OPEN == 0 {
-            return;
+            return 0;
         }
         // Only the lock's holder clears the bit: the line was still open.
         let word = self.word.fetch_and(!OPEN, Ordering::SeqCst) & !OPEN;
         match state {
-            Some(QuotaState::Cells(cells)) => cells.line.tat = word,
+            Some(QuotaState::Cells(cells)) => {
+                cells.line.tat = word;
+                0
+            }
             Some(QuotaState::FixedWindow(window)) => {
                 let (index, [count, _]) = Packing::new(window.windows.max(), 1).unpack(word);
                 (window.index, window.count) = (Some(index), count);
+                window.windows.start(index)
             }
             Some(QuotaState::SlidingWindowCounter(counter)) => {
                 counter.counts = Packing::new(counter.windows.max(), 2).counts(word);
+                counter.windows.start(counter.counts.index)
             }
-            Some(QuotaState::SlidingLog(_)) | None => {}
+            Some(QuotaState::SlidingLog(_)) | None => 0,
         }
     }
 
