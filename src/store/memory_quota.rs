@@ -140,8 +140,8 @@ impl MemoryStore {
     /// The clock is read before the lock, as the open line reads it before
     /// its word: the reading then overlaps the lock's atomic instead of
     /// waiting between it and the unlock (`benches/paired`, concurrency +
-    /// sliding log layers beside the same with GCRA, Xeon VM: 1.29-1.37x,
-    /// 1.16-1.21x so). A racer that took the lock first may have decided at
+    /// sliding log layers beside the same with GCRA, Xeon VM: 1.37-1.38x,
+    /// 1.24-1.26x so). A racer that took the lock first may have decided at
     /// a later instant; this decision is then made at that instant (see
     /// [`on_state`](Self::on_state)), one between this call's start and its
     /// lock, as a reading under the lock would be. A decision on the open
